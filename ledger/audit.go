@@ -1,0 +1,117 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+)
+
+// ErrAudit is wrapped by every disagreement [Books] finds.
+var ErrAudit = errors.New("ledger: audit failed")
+
+// Books recomputes every account's balance and reserved credits from journal
+// entries alone, and checks the journal's own rules as it goes: each job is
+// reserved once and settled (charged or released) at most once, for exactly
+// what it reserved, and each entry's stated balances match the running sums.
+// [Books.Compare] then checks the recomputed books against a ledger state.
+//
+// The zero value is not usable; call [NewBooks].
+type Books struct {
+	Accounts map[string]*BookAccount
+	jobs     map[string]*bookJob
+}
+
+// BookAccount is one account as recomputed from its journal.
+type BookAccount struct {
+	Balance  Credits
+	Reserved Credits
+}
+
+type bookJob struct {
+	account  string
+	reserved Credits
+	settled  EntryKind // "" until charged or released
+}
+
+// NewBooks returns empty books.
+func NewBooks() *Books {
+	return &Books{Accounts: map[string]*BookAccount{}, jobs: map[string]*bookJob{}}
+}
+
+// Post adds one journal entry. It returns an error wrapping [ErrAudit] if the
+// entry breaks a journal rule; the entry is still applied to the sums, so
+// later entries are checked against what the journal says.
+func (b *Books) Post(e Entry) error {
+	acct := b.Accounts[e.Account]
+	if acct == nil {
+		acct = &BookAccount{}
+		b.Accounts[e.Account] = acct
+	}
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s entry for %s: %s: %w", e.Kind, e.Account, fmt.Sprintf(format, args...), ErrAudit))
+	}
+	job := b.jobs[e.Job]
+	switch e.Kind {
+	case EntryGrant, EntryRefill:
+		acct.Balance += e.Amount
+	case EntryReserve:
+		if job != nil {
+			bad("job %s is reserved a second time", e.Job)
+		}
+		b.jobs[e.Job] = &bookJob{account: e.Account, reserved: e.Amount}
+		acct.Reserved += e.Amount
+	case EntryRelease, EntryCharge:
+		switch {
+		case job == nil:
+			bad("job %s was never reserved", e.Job)
+		case job.settled != "":
+			bad("job %s was already settled by a %s", e.Job, job.settled)
+		case job.account != e.Account:
+			bad("job %s was reserved on account %s", e.Job, job.account)
+		case job.reserved != e.Amount:
+			bad("job %s settles %d but reserved %d", e.Job, e.Amount, job.reserved)
+		}
+		if job != nil {
+			job.settled = e.Kind
+		}
+		acct.Reserved -= e.Amount
+		if e.Kind == EntryCharge {
+			acct.Balance -= e.Amount
+		}
+	default:
+		bad("unknown kind")
+	}
+	if acct.Balance != e.Balance || acct.Reserved != e.Reserved {
+		bad("the entry states balance %d, reserved %d; the journal sums to balance %d, reserved %d",
+			e.Balance, e.Reserved, acct.Balance, acct.Reserved)
+	}
+	if acct.Reserved < 0 || acct.Balance < acct.Reserved {
+		bad("balance %d, reserved %d breaks balance ≥ reserved ≥ 0", acct.Balance, acct.Reserved)
+	}
+	return errors.Join(errs...)
+}
+
+// Compare reports every account whose recomputed balance or reserved credits
+// differ from s, and every account present on one side only. Each error
+// wraps [ErrAudit].
+func (b *Books) Compare(s *State) error {
+	var errs []error
+	for id, a := range s.Accounts {
+		got := b.Accounts[id]
+		switch {
+		case got == nil:
+			errs = append(errs, fmt.Errorf("account %s has no journal entries: %w", id, ErrAudit))
+		case got.Balance != a.Balance || got.Reserved != a.Reserved:
+			errs = append(errs, fmt.Errorf("account %s: ledger has balance %d, reserved %d; journal sums to balance %d, reserved %d: %w",
+				id, a.Balance, a.Reserved, got.Balance, got.Reserved, ErrAudit))
+		}
+	}
+	for id := range b.Accounts {
+		if s.Accounts[id] == nil {
+			errs = append(errs, fmt.Errorf("account %s has journal entries but no ledger record: %w", id, ErrAudit))
+		}
+	}
+	sort.Slice(errs, func(i, k int) bool { return errs[i].Error() < errs[k].Error() })
+	return errors.Join(errs...)
+}

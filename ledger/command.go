@@ -1,0 +1,414 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Command is one entry of the command log: a [Submit], [Cancel], [Admin],
+// [Dispatch], [Report], [Lost] or [Invalid].
+type Command interface {
+	// Kind names the command in logs and metrics ("submit", "report", …).
+	Kind() string
+	isCommand()
+}
+
+// Submit asks for a job to be reserved and queued.
+//
+// Zero Walltime and MaxAttempts mean [DefaultWalltime] and
+// [DefaultMaxAttempts].
+type Submit struct {
+	Account     string
+	ID          string
+	Priority    int
+	GPUs        int
+	Cost        Credits
+	Command     []string
+	Env         map[string]string
+	Walltime    time.Duration
+	MaxAttempts int
+}
+
+// Cancel asks for a job of Account to be stopped. A pending job is cancelled
+// at once; a dispatched or running one gets a cancel order to its host and is
+// settled when the worker reports.
+type Cancel struct {
+	Account string
+	Job     string
+}
+
+// AdminOp is the operation of an [Admin] command.
+type AdminOp string
+
+// Admin operations.
+const (
+	OpCreate AdminOp = "create" // create the account with Balance
+	OpGrant  AdminOp = "grant"  // add Amount (negative takes credits away)
+	OpLimits AdminOp = "limits" // set Limits
+	OpRefill AdminOp = "refill" // set RatePerHour and Cap
+	OpWeight AdminOp = "weight" // set Weight
+)
+
+// Admin is an account administration command. ID is the operator's
+// idempotency key: the same ID with the same terms is applied once, the same
+// ID with other terms is rejected.
+type Admin struct {
+	Account     string  `json:"account"`
+	ID          string  `json:"id"`
+	Op          AdminOp `json:"op"`
+	Balance     Credits `json:"balance,omitempty"`
+	Amount      Credits `json:"amount,omitempty"`
+	Limits      Limits  `json:"limits,omitzero"`
+	RatePerHour Credits `json:"rate_per_hour,omitempty"`
+	Cap         Credits `json:"cap,omitempty"`
+	Weight      int     `json:"weight,omitempty"`
+}
+
+// Dispatch is the scheduler's decision to run attempt Attempt of Job on Host.
+// It takes effect when the fold applies it, and only if the job is still
+// pending and Attempt is the job's next attempt: of two conflicting
+// decisions, the first in the log wins.
+type Dispatch struct {
+	Job     string
+	Attempt int
+	Host    string
+}
+
+// ReportType is the kind of a worker [Report].
+type ReportType string
+
+// Report types.
+const (
+	ReportStarted  ReportType = "started"  // the attempt is running on Devices
+	ReportDone     ReportType = "done"     // the attempt exited with ExitCode after Runtime
+	ReportRejected ReportType = "rejected" // the worker could not start the attempt, for Reason
+)
+
+// Report is a worker's account of an attempt. It counts only if it comes
+// from the host and attempt the job was dispatched to, in a state where it
+// makes sense.
+type Report struct {
+	Type     ReportType
+	Host     string
+	Job      string
+	Attempt  int
+	Devices  []string      // started
+	ExitCode int           // done
+	Runtime  time.Duration // done
+	Reason   string        // rejected
+}
+
+// Lost is the scheduler's decision that an attempt vanished (its host's
+// heartbeat expired, or the host no longer lists it). The job is retried or
+// failed, and never charged for the attempt.
+type Lost struct {
+	Job     string
+	Attempt int
+	Reason  string
+}
+
+// Invalid stands for a log entry that could not be decoded or addressed. It
+// changes nothing; Apply turns it into an [InvalidEvent] so the sender learns
+// why. Account is the account the subject named, if it named a valid one.
+type Invalid struct {
+	Account string
+	Reason  Reason
+	Message string
+}
+
+func (Submit) Kind() string   { return "submit" }
+func (Cancel) Kind() string   { return "cancel" }
+func (Admin) Kind() string    { return "admin" }
+func (Dispatch) Kind() string { return "dispatch" }
+func (Report) Kind() string   { return "report" }
+func (Lost) Kind() string     { return "lost" }
+func (Invalid) Kind() string  { return "invalid" }
+
+func (Submit) isCommand()   {}
+func (Cancel) isCommand()   {}
+func (Admin) isCommand()    {}
+func (Dispatch) isCommand() {}
+func (Report) isCommand()   {}
+func (Lost) isCommand()     {}
+func (Invalid) isCommand()  {}
+
+// WithDefaults returns s with zero Walltime and MaxAttempts replaced by
+// their defaults, and an empty Env map made nil.
+func (s Submit) WithDefaults() Submit {
+	if s.Walltime == 0 {
+		s.Walltime = DefaultWalltime
+	}
+	if s.MaxAttempts == 0 {
+		s.MaxAttempts = DefaultMaxAttempts
+	}
+	if len(s.Env) == 0 {
+		s.Env = nil
+	}
+	return s
+}
+
+// Validate reports every way s is out of range, in one error. Token syntax
+// (what may appear in a subject) is the codec's to check; Validate checks
+// that ids are present.
+func (s Submit) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if s.Account == "" {
+		bad("account is empty")
+	}
+	if s.ID == "" {
+		bad("id is empty")
+	}
+	if s.Priority < MinPriority || s.Priority > MaxPriority {
+		bad("priority %d is out of range [%d, %d]", s.Priority, MinPriority, MaxPriority)
+	}
+	if s.GPUs < 1 || s.GPUs > MaxJobGPUs {
+		bad("gpus %d is out of range [1, %d]", s.GPUs, MaxJobGPUs)
+	}
+	if s.Cost < 0 {
+		bad("cost %d is negative", s.Cost)
+	} else if s.Cost > MaxCredits {
+		bad("cost %d is more than the maximum %d", s.Cost, MaxCredits)
+	}
+	if err := checkCommand(s.Command); err != nil {
+		errs = append(errs, err)
+	}
+	if err := checkEnv(s.Env); err != nil {
+		errs = append(errs, err)
+	}
+	if s.Walltime < 0 || s.Walltime > MaxWalltime {
+		bad("walltime %v is out of range (0, %v]", s.Walltime, MaxWalltime)
+	}
+	if s.MaxAttempts < 0 || s.MaxAttempts > MaxMaxAttempts {
+		bad("max_attempts %d is out of range [1, %d]", s.MaxAttempts, MaxMaxAttempts)
+	}
+	return joinProblems(errs)
+}
+
+func checkCommand(cmd []string) error {
+	if len(cmd) == 0 {
+		return errors.New("command is empty; give the program and its arguments")
+	}
+	if cmd[0] == "" {
+		return errors.New("command[0], the program, is empty")
+	}
+	if len(cmd) > MaxCommandArgs {
+		return fmt.Errorf("command has %d arguments, more than %d", len(cmd), MaxCommandArgs)
+	}
+	n := 0
+	for i, arg := range cmd {
+		n += len(arg)
+		if strings.IndexByte(arg, 0) >= 0 {
+			return fmt.Errorf("command[%d] contains a NUL byte", i)
+		}
+	}
+	if n > MaxCommandBytes {
+		return fmt.Errorf("command is %d bytes, more than %d", n, MaxCommandBytes)
+	}
+	return nil
+}
+
+// reservedEnv are variables the worker sets itself; a job may not override them.
+var reservedEnv = []string{"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}
+
+func checkEnv(env map[string]string) error {
+	if len(env) > MaxEnvVars {
+		return fmt.Errorf("env has %d variables, more than %d", len(env), MaxEnvVars)
+	}
+	n := 0
+	for k, v := range env {
+		n += len(k) + len(v)
+		if !envName(k) {
+			return fmt.Errorf("env name %q is not a variable name (letters, digits and '_', not starting with a digit)", k)
+		}
+		if strings.HasPrefix(k, "GPUQ_") || contains(reservedEnv, k) {
+			return fmt.Errorf("env %s is set by the worker and cannot be overridden", k)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return fmt.Errorf("env %s contains a NUL byte", k)
+		}
+	}
+	if n > MaxEnvBytes {
+		return fmt.Errorf("env is %d bytes, more than %d", n, MaxEnvBytes)
+	}
+	return nil
+}
+
+func envName(s string) bool {
+	if s == "" || s[0] >= '0' && s[0] <= '9' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Validate reports whether c names an account and a job.
+func (c Cancel) Validate() error {
+	var errs []error
+	if c.Account == "" {
+		errs = append(errs, errors.New("account is empty"))
+	}
+	if c.Job == "" {
+		errs = append(errs, errors.New("id of the job to cancel is empty"))
+	}
+	return joinProblems(errs)
+}
+
+// Validate reports every way a is malformed or out of range.
+func (a Admin) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if a.Account == "" {
+		bad("account is empty")
+	}
+	if a.ID == "" {
+		bad("op id is empty")
+	}
+	switch a.Op {
+	case OpCreate:
+		if !inRange(a.Balance) {
+			bad("balance %d is out of range [0, %d]", a.Balance, MaxCredits)
+		}
+	case OpGrant:
+		if a.Amount == 0 {
+			bad("grant amount is 0")
+		} else if a.Amount > MaxCredits || a.Amount < -MaxCredits {
+			bad("grant amount %d is out of range [-%d, %d]", a.Amount, MaxCredits, MaxCredits)
+		}
+	case OpLimits:
+		if a.Limits.MaxRunningJobs < 0 || a.Limits.MaxRunningJobs > MaxLimit {
+			bad("max_running_jobs %d is out of range [0, %d] (0 means no cap)", a.Limits.MaxRunningJobs, MaxLimit)
+		}
+		if a.Limits.MaxRunningGPUs < 0 || a.Limits.MaxRunningGPUs > MaxLimit {
+			bad("max_running_gpus %d is out of range [0, %d] (0 means no cap)", a.Limits.MaxRunningGPUs, MaxLimit)
+		}
+	case OpRefill:
+		if !inRange(a.RatePerHour) {
+			bad("rate_per_hour %d is out of range [0, %d]", a.RatePerHour, MaxCredits)
+		}
+		if !inRange(a.Cap) {
+			bad("cap %d is out of range [0, %d]", a.Cap, MaxCredits)
+		} else if a.RatePerHour > 0 && a.Cap == 0 {
+			bad("cap is 0 with rate_per_hour %d; a refill needs a cap above 0", a.RatePerHour)
+		}
+	case OpWeight:
+		if a.Weight < 1 || a.Weight > MaxWeight {
+			bad("weight %d is out of range [1, %d]", a.Weight, MaxWeight)
+		}
+	case "":
+		bad("op is empty; want one of create, grant, limits, refill, weight")
+	default:
+		bad("unknown op %q; want one of create, grant, limits, refill, weight", a.Op)
+	}
+	return joinProblems(errs)
+}
+
+// Validate reports whether d names a job, an attempt ≥ 1 and a host.
+func (d Dispatch) Validate() error {
+	var errs []error
+	if d.Job == "" {
+		errs = append(errs, errors.New("job is empty"))
+	}
+	if d.Attempt < 1 {
+		errs = append(errs, fmt.Errorf("attempt %d is not ≥ 1", d.Attempt))
+	}
+	if d.Host == "" {
+		errs = append(errs, errors.New("host is empty"))
+	}
+	return joinProblems(errs)
+}
+
+// Validate reports every way r is malformed for its type. Whether r fits the
+// job (device count, host, attempt, state) is decided by Apply.
+func (r Report) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if r.Host == "" {
+		bad("host is empty")
+	}
+	if r.Job == "" {
+		bad("job is empty")
+	}
+	if r.Attempt < 1 {
+		bad("attempt %d is not ≥ 1", r.Attempt)
+	}
+	switch r.Type {
+	case ReportStarted:
+		if err := checkDevices(r.Devices); err != nil {
+			errs = append(errs, err)
+		}
+	case ReportDone:
+		if r.Runtime < 0 {
+			bad("runtime %v is negative", r.Runtime)
+		}
+	case ReportRejected:
+		if r.Reason == "" {
+			bad("a rejected report needs a reason")
+		} else if len(r.Reason) > MaxReasonBytes {
+			bad("reason is %d bytes, more than %d", len(r.Reason), MaxReasonBytes)
+		}
+	case "":
+		bad("report type is empty; want started, done or rejected")
+	default:
+		bad("unknown report type %q; want started, done or rejected", r.Type)
+	}
+	return joinProblems(errs)
+}
+
+func checkDevices(devs []string) error {
+	if len(devs) == 0 {
+		return errors.New("a started report needs the devices it runs on")
+	}
+	if len(devs) > MaxJobGPUs {
+		return fmt.Errorf("%d devices, more than %d", len(devs), MaxJobGPUs)
+	}
+	seen := make(map[string]bool, len(devs))
+	for i, d := range devs {
+		if d == "" || len(d) > MaxDeviceBytes {
+			return fmt.Errorf("devices[%d] is %d bytes; want 1 to %d", i, len(d), MaxDeviceBytes)
+		}
+		for j := 0; j < len(d); j++ {
+			if c := d[j]; c <= ' ' || c > '~' || c == ',' {
+				return fmt.Errorf("devices[%d] %q has %q; want printable ASCII without spaces or commas", i, d, c)
+			}
+		}
+		if seen[d] {
+			return fmt.Errorf("device %q is listed twice", d)
+		}
+		seen[d] = true
+	}
+	return nil
+}
+
+// Validate reports whether l names a job, an attempt ≥ 1 and a reason.
+func (l Lost) Validate() error {
+	var errs []error
+	if l.Job == "" {
+		errs = append(errs, errors.New("job is empty"))
+	}
+	if l.Attempt < 1 {
+		errs = append(errs, fmt.Errorf("attempt %d is not ≥ 1", l.Attempt))
+	}
+	if l.Reason == "" {
+		errs = append(errs, errors.New("a lost decision needs a reason"))
+	} else if len(l.Reason) > MaxReasonBytes {
+		errs = append(errs, fmt.Errorf("reason is %d bytes, more than %d", len(l.Reason), MaxReasonBytes))
+	}
+	return joinProblems(errs)
+}

@@ -1,0 +1,48 @@
+// Package ledger is gpuq's credit state machine: accounts with credit
+// balances, jobs with reservations, and the one function that moves them,
+// [State.Apply].
+//
+// Apply folds one command of the ordered command log into the state, given
+// the command's log sequence and its server timestamp, and returns the keys it
+// changed and the effects to send (job and account events, journal entries,
+// dispatch and cancel orders). It performs no I/O, reads no clock, starts no
+// goroutine and logs nothing: callers persist the changed keys, send the
+// effects and supply the time, so a replay of the same log computes the same
+// ledger to the credit. The package imports only the standard library.
+//
+// # Money
+//
+// Credits are integers ([Credits]) bounded by [MaxCredits]; every sum is
+// checked. A submission reserves its cost at once or is rejected: an account
+// can never have more reserved than it owns. The reservation is held while the
+// job is pending, dispatched or running, and is then settled exactly once:
+// charged on success, released on failure or cancellation. Every balance
+// movement is also a journal [Entry], so balances can be recomputed from the
+// journal alone ([Books]).
+//
+// # Replays
+//
+// Every account and job records the sequence of the last command that changed
+// it. A command at sequence s whose keys include one with a recorded sequence
+// of s or more is already reflected in the state, and Apply skips it. A
+// command whose keys are all older was applied against exactly these values
+// the first time, so applying it again changes nothing. Together, re-applying
+// any prefix of the log is harmless.
+//
+// # Invariants
+//
+// After every transition Apply checks the invariants of what it touched and
+// panics if one is broken: a wrong balance must never be persisted.
+// [State.CheckInvariants] checks the whole state, including that each
+// account's reserved credits equal the sum held by its unfinished jobs.
+//
+// A minimal flow:
+//
+//	s := ledger.New()
+//	s.Apply(ledger.Admin{Account: "vision", ID: "op-1", Op: ledger.OpCreate, Balance: 1000}, 1, t0)
+//	s.Apply(ledger.Submit{Account: "vision", ID: "train-42", GPUs: 2, Cost: 120, Command: []string{"python", "train.py"}}, 2, t0)
+//	s.Apply(ledger.Dispatch{Job: "train-42", Attempt: 1, Host: "h1"}, 3, t0)
+//	s.Apply(ledger.Report{Type: ledger.ReportStarted, Host: "h1", Job: "train-42", Attempt: 1, Devices: []string{"GPU-a", "GPU-b"}}, 4, t0)
+//	s.Apply(ledger.Report{Type: ledger.ReportDone, Host: "h1", Job: "train-42", Attempt: 1, ExitCode: 0}, 5, t0)
+//	// vision: balance 880, reserved 0
+package ledger

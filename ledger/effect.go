@@ -1,0 +1,165 @@
+package ledger
+
+import "time"
+
+// Result is what one [State.Apply] did.
+type Result struct {
+	// Skipped is true when the command was already reflected in the state
+	// (a replay) and nothing was done or emitted.
+	Skipped bool
+	// Changed lists the keys the command changed, each once, in the order
+	// first changed. The caller persists exactly these.
+	Changed []Key
+	// Effects are the messages to send, in order, after Changed is persisted.
+	Effects []Effect
+}
+
+// KeyKind says which map of [State] a [Key] names.
+type KeyKind uint8
+
+// Key kinds.
+const (
+	KeyAccount KeyKind = iota + 1
+	KeyJob
+)
+
+// Key names one account or job of the state.
+type Key struct {
+	Kind KeyKind
+	ID   string
+}
+
+// Effect is a message Apply asks the caller to send: a [JobEvent],
+// [AccountEvent], [InvalidEvent], [Entry], [DispatchOrder] or [CancelOrder].
+type Effect interface{ isEffect() }
+
+// EventType is the type of a [JobEvent] or [AccountEvent].
+type EventType string
+
+// Job event types.
+const (
+	EventAccepted        EventType = "accepted"         // reserved and queued
+	EventRejected        EventType = "rejected"         // the submission was refused; nothing held
+	EventDispatched      EventType = "dispatched"       // sent to a host
+	EventStarted         EventType = "started"          // running on its devices
+	EventSucceeded       EventType = "succeeded"        // exited 0; charged
+	EventFailed          EventType = "failed"           // ended without success; released
+	EventCancelled       EventType = "cancelled"        // cancelled; released
+	EventCancelRequested EventType = "cancel_requested" // a cancel order went to the host
+	EventLost            EventType = "lost"             // the attempt vanished
+	EventRequeued        EventType = "requeued"         // pending again, for another attempt
+	EventIgnored         EventType = "ignored"          // a command about the job changed nothing
+)
+
+// Account event types.
+const (
+	EventCreated   EventType = "created"
+	EventGranted   EventType = "granted"
+	EventLimitsSet EventType = "limits_set"
+	EventRefillSet EventType = "refill_set"
+	EventWeightSet EventType = "weight_set"
+	// EventRejected and EventIgnored are used for account events too.
+)
+
+// JobEvent is a fact about a job, published on gpuq.event.<account>.job.<job>.
+// Balance and Available are the account's after the command.
+type JobEvent struct {
+	Type      EventType
+	Job       string
+	Account   string
+	State     JobState // the job's state after the command ("" if it has no record)
+	Attempt   int
+	Host      string
+	Devices   []string
+	Reason    Reason
+	Message   string
+	Charged   Credits
+	Balance   Credits
+	Available Credits
+	ExitCode  *int
+	NotBefore time.Time // requeued: the earliest next attempt
+}
+
+// AccountEvent is an account fact or an admin outcome, published on
+// gpuq.event.<account>.account.
+type AccountEvent struct {
+	Type      EventType
+	Account   string
+	OpID      string
+	Op        AdminOp
+	Reason    Reason
+	Message   string
+	Balance   Credits
+	Reserved  Credits
+	Available Credits
+}
+
+// InvalidEvent is the rejection of a command that could not be decoded or
+// addressed, published on gpuq.event.<account>.invalid, or on
+// gpuq.event.invalid when no valid account is known.
+type InvalidEvent struct {
+	Account string // "" when the command named no valid account
+	Job     string // the job the command was about, if known
+	Reason  Reason
+	Message string
+}
+
+// EntryKind is the kind of balance movement a journal [Entry] records.
+type EntryKind string
+
+// Entry kinds and what each does to the account:
+//
+//	grant:   balance += amount (amount may be negative)
+//	refill:  balance += amount
+//	reserve: reserved += amount
+//	release: reserved -= amount
+//	charge:  reserved -= amount, balance -= amount (held credits become spent)
+const (
+	EntryGrant   EntryKind = "grant"
+	EntryRefill  EntryKind = "refill"
+	EntryReserve EntryKind = "reserve"
+	EntryRelease EntryKind = "release"
+	EntryCharge  EntryKind = "charge"
+)
+
+// Entry is one balance movement, published on gpuq.journal.<account>.
+// Balance and Reserved are the account's after the movement.
+type Entry struct {
+	Kind     EntryKind
+	Account  string
+	Job      string // reserve, release, charge
+	OpID     string // grant
+	Amount   Credits
+	Balance  Credits
+	Reserved Credits
+	Reason   Reason // release: why the reservation was released
+}
+
+// DispatchOrder tells Host to run attempt Attempt of a job, published on
+// gpuq.dispatch.<host>. It carries everything the worker needs.
+type DispatchOrder struct {
+	Host     string
+	Job      string
+	Account  string
+	Attempt  int
+	GPUs     int
+	Command  []string
+	Env      map[string]string
+	Walltime time.Duration
+}
+
+// CancelOrder tells Host to stop attempt Attempt of Job, published on the
+// same subject as the dispatch so it arrives after it.
+type CancelOrder struct {
+	Host    string
+	Job     string
+	Account string
+	Attempt int
+}
+
+func (JobEvent) isEffect()      {}
+func (AccountEvent) isEffect()  {}
+func (InvalidEvent) isEffect()  {}
+func (Entry) isEffect()         {}
+func (DispatchOrder) isEffect() {}
+func (CancelOrder) isEffect()   {}

@@ -1,0 +1,119 @@
+package ledger
+
+import (
+	"maps"
+	"slices"
+	"time"
+)
+
+// JobState is where a job is in its life.
+//
+//	pending → dispatched → running → succeeded | failed | cancelled
+//	pending → cancelled
+//	dispatched | running → (lost, or rejected by the worker) → pending (retry) | failed | cancelled
+//
+// A submission that is never accepted is rejected and never holds credits.
+type JobState string
+
+// Job states.
+const (
+	StatePending    JobState = "pending"    // reserved, waiting for a host
+	StateDispatched JobState = "dispatched" // sent to a host, not yet started
+	StateRunning    JobState = "running"    // the worker reported it started
+	StateSucceeded  JobState = "succeeded"  // exited 0; charged
+	StateFailed     JobState = "failed"     // exited non-zero or ran out of attempts; released
+	StateCancelled  JobState = "cancelled"  // cancelled by a user; released
+	StateRejected   JobState = "rejected"   // never accepted; never held credits
+)
+
+// Active reports whether a job in state s holds a reservation.
+func (s JobState) Active() bool {
+	return s == StatePending || s == StateDispatched || s == StateRunning
+}
+
+// OnHost reports whether a job in state s has been sent to a host and not
+// yet come back: it counts against its account's running caps.
+func (s JobState) OnHost() bool { return s == StateDispatched || s == StateRunning }
+
+// Terminal reports whether s is a final state.
+func (s JobState) Terminal() bool {
+	return s == StateSucceeded || s == StateFailed || s == StateCancelled || s == StateRejected
+}
+
+// Job is one submitted job. Its ID is the submitter's idempotency key and is
+// unique across accounts.
+type Job struct {
+	ID          string            `json:"id"`
+	Account     string            `json:"account"`
+	Priority    int               `json:"priority"`
+	GPUs        int               `json:"gpus"`
+	Cost        Credits           `json:"cost"` // reserved at submit
+	Command     []string          `json:"command"`
+	Env         map[string]string `json:"env,omitempty"`
+	Walltime    time.Duration     `json:"walltime"`
+	MaxAttempts int               `json:"max_attempts"`
+
+	State JobState `json:"state"`
+	// Attempt is the number of the current or last dispatch; 0 before the
+	// first. Each dispatch decision names Attempt+1.
+	Attempt int `json:"attempt"`
+	// Failures counts attempts that ended lost or rejected by a worker; the
+	// job fails when it reaches MaxAttempts.
+	Failures        int       `json:"failures"`
+	Host            string    `json:"host,omitempty"`
+	Devices         []string  `json:"devices,omitempty"`
+	CancelRequested bool      `json:"cancel_requested,omitempty"`
+	NotBefore       time.Time `json:"not_before,omitzero"` // earliest next dispatch after a retry
+
+	Held    Credits `json:"held"`    // credits held by the reservation now
+	Charged Credits `json:"charged"` // credits charged at settlement
+
+	ExitCode  *int   `json:"exit_code,omitempty"`
+	RuntimeMS int64  `json:"runtime_ms,omitempty"`
+	Reason    Reason `json:"reason,omitempty"` // why it was rejected, failed, cancelled or requeued
+	Message   string `json:"message,omitempty"`
+
+	Attempts []Attempt `json:"attempts,omitempty"` // every attempt that has ended
+
+	// SubmitSeq is the log sequence of the accepted submission; it orders
+	// jobs of equal priority by age.
+	SubmitSeq    uint64    `json:"submit_seq"`
+	SubmittedAt  time.Time `json:"submitted_at"`
+	DispatchedAt time.Time `json:"dispatched_at,omitzero"`
+	StartedAt    time.Time `json:"started_at,omitzero"`
+	EndedAt      time.Time `json:"ended_at,omitzero"`
+	// Seq is the log sequence of the last command that changed the job.
+	Seq uint64 `json:"seq"`
+}
+
+// Attempt records how one dispatch of a job ended.
+type Attempt struct {
+	N       int       `json:"n"`
+	Host    string    `json:"host"`
+	Outcome JobState  `json:"outcome"` // the state the attempt led to
+	Reason  Reason    `json:"reason,omitempty"`
+	Message string    `json:"message,omitempty"`
+	EndedAt time.Time `json:"ended_at"`
+}
+
+// Clone returns a deep copy.
+func (j *Job) Clone() *Job {
+	c := *j
+	c.Command = slices.Clone(j.Command)
+	c.Env = maps.Clone(j.Env)
+	c.Devices = slices.Clone(j.Devices)
+	c.Attempts = slices.Clone(j.Attempts)
+	if j.ExitCode != nil {
+		e := *j.ExitCode
+		c.ExitCode = &e
+	}
+	return &c
+}
+
+// sameTerms reports whether s asks for exactly what j was submitted with.
+// s must have its defaults filled in.
+func (j *Job) sameTerms(s Submit) bool {
+	return j.Account == s.Account && j.Priority == s.Priority && j.GPUs == s.GPUs &&
+		j.Cost == s.Cost && slices.Equal(j.Command, s.Command) && maps.Equal(j.Env, s.Env) &&
+		j.Walltime == s.Walltime && j.MaxAttempts == s.MaxAttempts
+}

@@ -1,0 +1,599 @@
+// Transition tests for the ledger. Each test drives a fresh ledger through
+// ledgertest.Log, which checks every invariant and recomputes every balance
+// from the journal after each command, so a test that passes has also shown
+// that no step charged twice, released twice or let reserved pass balance.
+// The first four are the reference pattern's tests, rewritten for this API.
+package ledger_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuq/gpuq/ledger"
+	"github.com/gpuq/gpuq/ledger/ledgertest"
+)
+
+// firstJobEvent returns the first job event of res, failing if there is none.
+func firstJobEvent(t *testing.T, res ledger.Result) ledger.JobEvent {
+	t.Helper()
+	ev, ok := ledgertest.First[ledger.JobEvent](res)
+	if !ok {
+		t.Fatalf("no job event in %+v", res.Effects)
+	}
+	return ev
+}
+
+func wantEvent(t *testing.T, res ledger.Result, typ ledger.EventType, reason ledger.Reason) ledger.JobEvent {
+	t.Helper()
+	ev := firstJobEvent(t, res)
+	if ev.Type != typ || ev.Reason != reason {
+		t.Fatalf("event = %s/%s (%s), want %s/%s", ev.Type, ev.Reason, ev.Message, typ, reason)
+	}
+	return ev
+}
+
+func wantMoney(t *testing.T, l *ledgertest.Log, account string, balance, available ledger.Credits) {
+	t.Helper()
+	a := l.Account(account)
+	if a.Balance != balance || a.Available() != available {
+		t.Fatalf("account %s: balance %d, available %d; want balance %d, available %d", account, a.Balance, a.Available(), balance, available)
+	}
+}
+
+func TestRejectWhenUnaffordable(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 10)
+	wantEvent(t, l.Submit("a", "j1", 8, 1), ledger.EventAccepted, "")
+	ev := wantEvent(t, l.Submit("a", "j2", 5, 9), ledger.EventRejected, ledger.ReasonInsufficientCredits)
+	if !strings.Contains(ev.Message, "costs 5") || !strings.Contains(ev.Message, "2 available") {
+		t.Errorf("message %q does not give the amounts", ev.Message)
+	}
+	wantMoney(t, l, "a", 10, 2)
+	if j := l.Job("j2"); j.State != ledger.StateRejected || j.Held != 0 {
+		t.Errorf("j2 = %s holding %d, want rejected holding 0", j.State, j.Held)
+	}
+}
+
+func TestPriorityThenAge(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 100)
+	l.Submit("a", "low", 1, 1)
+	l.Submit("a", "high1", 1, 5)
+	l.Submit("a", "high2", 1, 5)
+	var order []string
+	for range 3 {
+		j := ledgertest.Next(l.State)
+		order = append(order, j.ID)
+		l.Start(j.ID, "h1")
+	}
+	if got, want := strings.Join(order, ","), "high1,high2,low"; got != want {
+		t.Errorf("start order = %s, want %s", got, want)
+	}
+	if j := ledgertest.Next(l.State); j != nil {
+		t.Errorf("Next after all started = %s, want nil", j.ID)
+	}
+}
+
+func TestFailureReleasesReservation(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 10)
+	l.Submit("a", "j", 7, 1)
+	l.Start("j", "h1")
+	wantMoney(t, l, "a", 10, 3)
+	wantEvent(t, l.Done("j", 1), ledger.EventFailed, ledger.ReasonExitCode)
+	wantMoney(t, l, "a", 10, 10)
+	if j := l.Job("j"); j.Charged != 0 || *j.ExitCode != 1 {
+		t.Errorf("failed job charged %d, exit %d; want 0, 1", j.Charged, *j.ExitCode)
+	}
+}
+
+func TestCancelledPendingIsSkipped(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 10)
+	l.Submit("a", "j1", 3, 1)
+	l.Submit("a", "j2", 3, 1)
+	wantEvent(t, l.Apply(ledger.Cancel{Account: "a", Job: "j1"}), ledger.EventCancelled, ledger.ReasonCancelled)
+	wantMoney(t, l, "a", 10, 7)
+	wantEvent(t, l.Apply(ledger.Cancel{Account: "a", Job: "j1"}), ledger.EventIgnored, ledger.ReasonAlreadyTerminal)
+	wantMoney(t, l, "a", 10, 7)
+	if j := ledgertest.Next(l.State); j == nil || j.ID != "j2" {
+		t.Fatalf("Next = %v, want j2", j)
+	}
+	// A stale decision to dispatch the cancelled job changes nothing.
+	wantEvent(t, l.Apply(ledger.Dispatch{Job: "j1", Attempt: 1, Host: "h1"}), ledger.EventIgnored, ledger.ReasonNotPending)
+}
+
+func TestSuccessChargesOnce(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 100)
+	l.Submit("a", "j", 30, 0)
+	l.Start("j", "h1")
+	ev := wantEvent(t, l.Done("j", 0), ledger.EventSucceeded, "")
+	if ev.Charged != 30 || ev.Balance != 70 || ev.Available != 70 {
+		t.Errorf("succeeded event charged %d, balance %d, available %d; want 30, 70, 70", ev.Charged, ev.Balance, ev.Available)
+	}
+	wantMoney(t, l, "a", 70, 70)
+}
+
+func TestNegativeCostIsRejected(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 10)
+	ev := wantEvent(t, l.Submit("a", "j", -1, 0), ledger.EventRejected, ledger.ReasonInvalid)
+	if !strings.Contains(ev.Message, "cost -1 is negative") {
+		t.Errorf("message %q does not say the cost is negative", ev.Message)
+	}
+	wantMoney(t, l, "a", 10, 10)
+	if _, ok := l.State.Jobs["j"]; ok {
+		t.Error("an invalid submission left a job record")
+	}
+}
+
+func TestValidationListsEveryProblem(t *testing.T) {
+	t.Parallel()
+	err := ledger.Submit{Account: "a", ID: "j", GPUs: 0, Cost: -1, Priority: 5000, Walltime: -time.Second}.Validate()
+	for _, want := range []string{"gpus 0", "cost -1", "priority 5000", "command is empty", "walltime -1s"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want it to mention %q", err, want)
+		}
+	}
+	env := ledger.Submit{Account: "a", ID: "j", GPUs: 1, Command: []string{"x"}, Env: map[string]string{"CUDA_VISIBLE_DEVICES": "0"}}
+	if err := env.Validate(); err == nil || !strings.Contains(err.Error(), "set by the worker") {
+		t.Errorf("Validate(env CUDA_VISIBLE_DEVICES) = %v, want a refusal", err)
+	}
+}
+
+func TestDuplicateSubmission(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 100)
+	l.Submit("a", "j", 10, 1)
+
+	// The same terms again (a retried publish past the duplicate window):
+	// nothing new is created and nothing more is reserved.
+	wantEvent(t, l.Submit("a", "j", 10, 1), ledger.EventIgnored, ledger.ReasonDuplicate)
+	wantMoney(t, l, "a", 100, 90)
+
+	// Other terms under the same id: rejected, the original untouched.
+	ev := wantEvent(t, l.Submit("a", "j", 20, 1), ledger.EventRejected, ledger.ReasonDuplicateConflict)
+	if !strings.Contains(ev.Message, "cost 10, not 20") {
+		t.Errorf("conflict message %q does not name the difference", ev.Message)
+	}
+	if j := l.Job("j"); j.Cost != 10 || j.State != ledger.StatePending {
+		t.Errorf("original job changed: cost %d, %s", j.Cost, j.State)
+	}
+	wantMoney(t, l, "a", 100, 90)
+
+	// Another account reusing the id conflicts too, and learns nothing of it.
+	l.Create("b", 100)
+	ev = wantEvent(t, l.Submit("b", "j", 10, 1), ledger.EventRejected, ledger.ReasonDuplicateConflict)
+	if ev.Account != "b" || !strings.Contains(ev.Message, "another account") {
+		t.Errorf("cross-account conflict event = %+v", ev)
+	}
+	wantMoney(t, l, "b", 100, 100)
+}
+
+func TestRejectedIDCanBeSubmittedAgain(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 5)
+	wantEvent(t, l.Submit("a", "j", 10, 0), ledger.EventRejected, ledger.ReasonInsufficientCredits)
+	l.Apply(ledger.Admin{Account: "a", ID: "top-up", Op: ledger.OpGrant, Amount: 10})
+	wantEvent(t, l.Submit("a", "j", 10, 0), ledger.EventAccepted, "")
+	wantMoney(t, l, "a", 15, 5)
+}
+
+func TestUnknownAccount(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	ev := wantEvent(t, l.Submit("ghost", "j", 1, 0), ledger.EventRejected, ledger.ReasonUnknownAccount)
+	if ev.Account != "ghost" {
+		t.Errorf("event account = %q, want ghost", ev.Account)
+	}
+	res := l.Apply(ledger.Admin{Account: "ghost", ID: "g", Op: ledger.OpGrant, Amount: 5})
+	if ev, _ := ledgertest.First[ledger.AccountEvent](res); ev.Reason != ledger.ReasonUnknownAccount {
+		t.Errorf("grant to unknown account: %+v", ev)
+	}
+}
+
+func TestRepeatedCancellationOfRunningJob(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 10)
+	l.Submit("a", "j", 4, 0)
+	l.Start("j", "h1")
+
+	res := l.Apply(ledger.Cancel{Account: "a", Job: "j"})
+	wantEvent(t, res, ledger.EventCancelRequested, ledger.ReasonCancelled)
+	if o, ok := ledgertest.First[ledger.CancelOrder](res); !ok || o.Host != "h1" || o.Attempt != 1 {
+		t.Fatalf("cancel order = %+v, %v; want one for h1 attempt 1", o, ok)
+	}
+	// Until the worker reports, the reservation is still held.
+	wantMoney(t, l, "a", 10, 6)
+
+	res = l.Apply(ledger.Cancel{Account: "a", Job: "j"})
+	wantEvent(t, res, ledger.EventIgnored, ledger.ReasonAlreadyCancelled)
+	if orders := ledgertest.All[ledger.CancelOrder](res); len(orders) != 0 {
+		t.Errorf("repeated cancel sent %d more orders", len(orders))
+	}
+	wantEvent(t, l.Done("j", 143), ledger.EventCancelled, ledger.ReasonCancelled)
+	wantMoney(t, l, "a", 10, 10)
+	wantEvent(t, l.Apply(ledger.Cancel{Account: "a", Job: "j"}), ledger.EventIgnored, ledger.ReasonAlreadyTerminal)
+}
+
+func TestCancelOfOtherAccountsJob(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 10)
+	l.Create("b", 10)
+	l.Submit("a", "j", 4, 0)
+	wantEvent(t, l.Apply(ledger.Cancel{Account: "b", Job: "j"}), ledger.EventIgnored, ledger.ReasonAccountMismatch)
+	if j := l.Job("j"); j.State != ledger.StatePending {
+		t.Errorf("job is %s after another account's cancel, want pending", j.State)
+	}
+	wantEvent(t, l.Apply(ledger.Cancel{Account: "a", Job: "nope"}), ledger.EventIgnored, ledger.ReasonUnknownJob)
+}
+
+func TestCompletionReplayed(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 100)
+	l.Submit("a", "j", 40, 0)
+	l.Start("j", "h1")
+	done := ledger.Report{Type: ledger.ReportDone, Host: "h1", Job: "j", Attempt: 1, ExitCode: 0, Runtime: time.Second}
+	l.Apply(done)
+	doneSeq, doneAt := l.Seq, l.Now
+	wantMoney(t, l, "a", 60, 60)
+
+	// The same log entry replayed at its own sequence (a scheduler restart
+	// re-reading the log): skipped without a trace.
+	if res := l.ApplyAt(done, doneSeq, doneAt); !res.Skipped || len(res.Effects) != 0 {
+		t.Errorf("replay at the old sequence: %+v, want skipped", res)
+	}
+	// The same report published again as a new entry: a logged no-op.
+	wantEvent(t, l.Apply(done), ledger.EventIgnored, ledger.ReasonBadState)
+	wantMoney(t, l, "a", 60, 60)
+}
+
+func TestReplayOfAnyPrefixChangesNothing(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	type entry struct {
+		cmd ledger.Command
+		seq uint64
+		at  time.Time
+	}
+	var log []entry
+	apply := func(c ledger.Command) {
+		l.Advance(time.Minute)
+		l.Apply(c)
+		log = append(log, entry{c, l.Seq, l.Now})
+	}
+	apply(ledger.Admin{Account: "a", ID: "c", Op: ledger.OpCreate, Balance: 50})
+	apply(ledger.Cancel{Account: "a", Job: "j"}) // before the job exists
+	apply(ledger.Submit{Account: "a", ID: "j", GPUs: 1, Cost: 60, Command: []string{"x"}})
+	apply(ledger.Admin{Account: "a", ID: "g", Op: ledger.OpGrant, Amount: 20})
+	apply(ledger.Submit{Account: "a", ID: "j", GPUs: 1, Cost: 60, Command: []string{"x"}})
+	apply(ledger.Dispatch{Job: "j", Attempt: 1, Host: "h"})
+	before := l.State.Clone()
+	for _, e := range log {
+		if res := l.ApplyAt(e.cmd, e.seq, e.at); len(res.Changed) != 0 {
+			t.Errorf("replaying %s at seq %d changed %v", e.cmd.Kind(), e.seq, res.Changed)
+		}
+	}
+	if l.Job("j").State != before.Jobs["j"].State || l.Account("a").Reserved != before.Accounts["a"].Reserved {
+		t.Errorf("replay moved the ledger")
+	}
+}
+
+func TestReportFromStaleAttemptOrWrongHost(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 100)
+	l.Apply(ledger.Submit{Account: "a", ID: "j", GPUs: 1, Cost: 10, Command: []string{"x"}, MaxAttempts: 3})
+	l.Start("j", "h1")
+	wantEvent(t, l.Apply(ledger.Lost{Job: "j", Attempt: 1, Reason: "h1 heartbeat expired"}), ledger.EventLost, ledger.ReasonLost)
+	if j := l.Job("j"); j.State != ledger.StatePending || j.Failures != 1 {
+		t.Fatalf("after lost: %s with %d failures, want pending with 1", j.State, j.Failures)
+	}
+	l.Advance(time.Hour)
+	l.Start("j", "h2")
+
+	// h1 comes back and reports the old attempt done.
+	stale := ledger.Report{Type: ledger.ReportDone, Host: "h1", Job: "j", Attempt: 1, ExitCode: 0}
+	wantEvent(t, l.Apply(stale), ledger.EventIgnored, ledger.ReasonStaleAttempt)
+	// Another host claims the current attempt.
+	wrong := ledger.Report{Type: ledger.ReportDone, Host: "h3", Job: "j", Attempt: 2, ExitCode: 0}
+	wantEvent(t, l.Apply(wrong), ledger.EventIgnored, ledger.ReasonWrongHost)
+	wantMoney(t, l, "a", 100, 90)
+
+	wantEvent(t, l.Done("j", 0), ledger.EventSucceeded, "")
+	wantMoney(t, l, "a", 90, 90)
+	if atts := l.Job("j").Attempts; len(atts) != 2 || atts[0].Outcome != ledger.StatePending || atts[1].Outcome != ledger.StateSucceeded {
+		t.Errorf("attempts = %+v", atts)
+	}
+}
+
+func TestStartedNeedsItsDevices(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 100)
+	l.Apply(ledger.Submit{Account: "a", ID: "j", GPUs: 2, Cost: 10, Command: []string{"x"}})
+	l.Apply(ledger.Dispatch{Job: "j", Attempt: 1, Host: "h"})
+	wantEvent(t, l.Apply(ledger.Report{Type: ledger.ReportStarted, Host: "h", Job: "j", Attempt: 1, Devices: []string{"GPU-1"}}),
+		ledger.EventIgnored, ledger.ReasonBadDevices)
+	wantEvent(t, l.Apply(ledger.Report{Type: ledger.ReportDone, Host: "h", Job: "j", Attempt: 1}),
+		ledger.EventIgnored, ledger.ReasonBadState)
+	ev := wantEvent(t, l.Apply(ledger.Report{Type: ledger.ReportStarted, Host: "h", Job: "j", Attempt: 1, Devices: []string{"GPU-1", "GPU-2"}}),
+		ledger.EventStarted, "")
+	if len(ev.Devices) != 2 {
+		t.Errorf("started event devices = %v", ev.Devices)
+	}
+}
+
+func TestLostRetriesWithBackoffThenFails(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 100)
+	l.Apply(ledger.Submit{Account: "a", ID: "j", GPUs: 1, Cost: 10, Command: []string{"x"}, MaxAttempts: 2})
+	l.Start("j", "h1")
+	res := l.Apply(ledger.Lost{Job: "j", Attempt: 1, Reason: "host gone"})
+	req, _ := ledgertest.All[ledger.JobEvent](res), 0
+	if len(req) != 2 || req[1].Type != ledger.EventRequeued || !req[1].NotBefore.Equal(l.Now.Add(ledger.RetryDelay)) {
+		t.Fatalf("lost events = %+v, want lost then requeued until now+%v", req, ledger.RetryDelay)
+	}
+	wantEvent(t, l.Apply(ledger.Dispatch{Job: "j", Attempt: 2, Host: "h2"}), ledger.EventIgnored, ledger.ReasonBackoff)
+	l.Advance(ledger.RetryDelay)
+	l.Start("j", "h2")
+	wantEvent(t, l.Apply(ledger.Lost{Job: "j", Attempt: 1, Reason: "late"}), ledger.EventIgnored, ledger.ReasonStaleAttempt)
+	res = l.Apply(ledger.Lost{Job: "j", Attempt: 2, Reason: "host gone"})
+	evs := ledgertest.All[ledger.JobEvent](res)
+	if last := evs[len(evs)-1]; last.Type != ledger.EventFailed || last.Reason != ledger.ReasonAttemptsSpent {
+		t.Fatalf("second loss ended with %+v, want failed/attempts_exhausted", last)
+	}
+	wantMoney(t, l, "a", 100, 100) // never charged for lost attempts
+}
+
+func TestWorkerRejectionRequeues(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 100)
+	l.Submit("a", "j", 10, 0)
+	l.Apply(ledger.Dispatch{Job: "j", Attempt: 1, Host: "h"})
+	wantEvent(t, l.Apply(ledger.Report{Type: ledger.ReportRejected, Host: "h", Job: "j", Attempt: 1, Reason: "GPU busy"}),
+		ledger.EventRequeued, ledger.ReasonWorkerRejected)
+	j := l.Job("j")
+	if j.State != ledger.StatePending || j.Reason != ledger.ReasonWorkerRejected || !strings.Contains(j.Message, "GPU busy") {
+		t.Errorf("after worker rejection: %s %s %q", j.State, j.Reason, j.Message)
+	}
+	if a := l.Account("a"); a.RunningJobs != 0 || a.RunningGPUs != 0 {
+		t.Errorf("running counts %d/%d after requeue", a.RunningJobs, a.RunningGPUs)
+	}
+}
+
+func TestCancelOfDispatchedJobSettlesWhenLost(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 100)
+	l.Submit("a", "j", 10, 0)
+	l.Apply(ledger.Dispatch{Job: "j", Attempt: 1, Host: "h"})
+	l.Apply(ledger.Cancel{Account: "a", Job: "j"})
+	res := l.Apply(ledger.Lost{Job: "j", Attempt: 1, Reason: "host gone"})
+	evs := ledgertest.All[ledger.JobEvent](res)
+	if last := evs[len(evs)-1]; last.Type != ledger.EventCancelled {
+		t.Fatalf("lost after cancel ended with %+v, want cancelled", last)
+	}
+	wantMoney(t, l, "a", 100, 100)
+}
+
+func TestAccountCapsHoldDispatch(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 100)
+	l.Apply(ledger.Admin{Account: "a", ID: "lim", Op: ledger.OpLimits, Limits: ledger.Limits{MaxRunningJobs: 1, MaxRunningGPUs: 3}})
+	l.Apply(ledger.Submit{Account: "a", ID: "j1", GPUs: 2, Cost: 1, Command: []string{"x"}})
+	l.Apply(ledger.Submit{Account: "a", ID: "j2", GPUs: 1, Cost: 1, Command: []string{"x"}})
+	l.Apply(ledger.Dispatch{Job: "j1", Attempt: 1, Host: "h"})
+	wantEvent(t, l.Apply(ledger.Dispatch{Job: "j2", Attempt: 1, Host: "h"}), ledger.EventIgnored, ledger.ReasonMaxRunningJobs)
+	l.Apply(ledger.Admin{Account: "a", ID: "lim2", Op: ledger.OpLimits, Limits: ledger.Limits{MaxRunningJobs: 5, MaxRunningGPUs: 2}})
+	wantEvent(t, l.Apply(ledger.Dispatch{Job: "j2", Attempt: 1, Host: "h"}), ledger.EventIgnored, ledger.ReasonMaxRunningGPUs)
+}
+
+func TestConflictingDispatchDecisions(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 100)
+	l.Submit("a", "j", 1, 0)
+	res := l.Apply(ledger.Dispatch{Job: "j", Attempt: 1, Host: "h1"})
+	if orders := ledgertest.All[ledger.DispatchOrder](res); len(orders) != 1 || orders[0].Host != "h1" {
+		t.Fatalf("first decision orders = %+v", orders)
+	}
+	res = l.Apply(ledger.Dispatch{Job: "j", Attempt: 1, Host: "h2"})
+	wantEvent(t, res, ledger.EventIgnored, ledger.ReasonNotPending)
+	if orders := ledgertest.All[ledger.DispatchOrder](res); len(orders) != 0 {
+		t.Errorf("second decision sent %+v", orders)
+	}
+	if a := l.Account("a"); a.RunningJobs != 1 {
+		t.Errorf("running jobs = %d, want 1", a.RunningJobs)
+	}
+}
+
+func TestRefillUpToCap(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 0)
+	l.Apply(ledger.Admin{Account: "a", ID: "r", Op: ledger.OpRefill, RatePerHour: 100, Cap: 250})
+
+	l.Advance(30 * time.Minute)
+	wantEvent(t, l.Submit("a", "j1", 50, 0), ledger.EventAccepted, "")
+	wantMoney(t, l, "a", 50, 0)
+	wantEvent(t, l.Submit("a", "j2", 1, 0), ledger.EventRejected, ledger.ReasonInsufficientCredits)
+
+	// Fractions carry: 36s at 100/h is exactly one credit.
+	l.Advance(36 * time.Second)
+	wantEvent(t, l.Submit("a", "j3", 1, 0), ledger.EventAccepted, "")
+	wantMoney(t, l, "a", 51, 0)
+
+	l.Advance(100 * time.Hour)
+	l.Apply(ledger.Cancel{Account: "a", Job: "j1"})
+	wantMoney(t, l, "a", 250, 249) // capped; 1 still held by j3
+}
+
+func TestRefillCarriesFractions(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 0)
+	l.Apply(ledger.Admin{Account: "a", ID: "r", Op: ledger.OpRefill, RatePerHour: 7, Cap: 1000})
+	// Touch the account every 5 minutes for 12 hours: 84 credits in all,
+	// exactly, whatever the rounding of each step.
+	for i := range 144 {
+		l.Advance(5 * time.Minute)
+		l.Apply(ledger.Admin{Account: "a", ID: "w" + string(rune('A'+i%26)) + string(rune('A'+i/26)), Op: ledger.OpGrant, Amount: 1})
+	}
+	wantMoney(t, l, "a", 84+144, 84+144)
+}
+
+func TestOverflowIsRejected(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", ledger.MaxCredits)
+	res := l.Apply(ledger.Admin{Account: "a", ID: "g", Op: ledger.OpGrant, Amount: 1})
+	if ev, _ := ledgertest.First[ledger.AccountEvent](res); ev.Type != ledger.EventRejected || ev.Reason != ledger.ReasonOverflow {
+		t.Errorf("grant past MaxCredits: %+v, want rejected/overflow", ev)
+	}
+	wantMoney(t, l, "a", ledger.MaxCredits, ledger.MaxCredits)
+	wantEvent(t, l.Submit("a", "j", ledger.MaxCredits+1, 0), ledger.EventRejected, ledger.ReasonInvalid)
+	wantEvent(t, l.Submit("a", "j", ledger.MaxCredits, 0), ledger.EventAccepted, "")
+	// A huge refill rate over a long time fills to the cap without wrapping.
+	l.Create("b", 0)
+	l.Apply(ledger.Admin{Account: "b", ID: "r", Op: ledger.OpRefill, RatePerHour: ledger.MaxCredits, Cap: ledger.MaxCredits})
+	l.Advance(200 * 365 * 24 * time.Hour)
+	l.Submit("b", "k", 1, 0)
+	wantMoney(t, l, "b", ledger.MaxCredits, ledger.MaxCredits-1)
+}
+
+func TestTakingCreditsCannotPassReserved(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 100)
+	l.Submit("a", "j", 60, 0)
+	res := l.Apply(ledger.Admin{Account: "a", ID: "take", Op: ledger.OpGrant, Amount: -50})
+	if ev, _ := ledgertest.First[ledger.AccountEvent](res); ev.Reason != ledger.ReasonInsufficientCredits {
+		t.Errorf("taking into reserved: %+v", ev)
+	}
+	l.Apply(ledger.Admin{Account: "a", ID: "take2", Op: ledger.OpGrant, Amount: -40})
+	wantMoney(t, l, "a", 60, 0)
+}
+
+func TestAdminIdempotency(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 0)
+	grant := ledger.Admin{Account: "a", ID: "op-7", Op: ledger.OpGrant, Amount: 25}
+	l.Apply(grant)
+	res := l.Apply(grant)
+	if ev, _ := ledgertest.First[ledger.AccountEvent](res); ev.Type != ledger.EventIgnored || ev.Reason != ledger.ReasonDuplicate {
+		t.Errorf("repeated grant: %+v", ev)
+	}
+	grant.Amount = 30
+	res = l.Apply(grant)
+	if ev, _ := ledgertest.First[ledger.AccountEvent](res); ev.Reason != ledger.ReasonDuplicateConflict {
+		t.Errorf("reused op id: %+v", ev)
+	}
+	wantMoney(t, l, "a", 25, 25)
+	res = l.Apply(ledger.Admin{Account: "a", ID: "again", Op: ledger.OpCreate, Balance: 5})
+	if ev, _ := ledgertest.First[ledger.AccountEvent](res); ev.Reason != ledger.ReasonAccountExists {
+		t.Errorf("second create: %+v", ev)
+	}
+	res = l.Apply(ledger.Admin{Account: "a", ID: "w", Op: "frobnicate"})
+	if ev, _ := ledgertest.First[ledger.AccountEvent](res); ev.Reason != ledger.ReasonInvalid || !strings.Contains(ev.Message, `unknown op "frobnicate"`) {
+		t.Errorf("unknown op: %+v", ev)
+	}
+}
+
+func TestInvalidCommandIsReported(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	res := l.Apply(ledger.Invalid{Account: "a", Reason: ledger.ReasonInvalid, Message: "not JSON"})
+	ev, ok := ledgertest.First[ledger.InvalidEvent](res)
+	if !ok || ev.Account != "a" || ev.Message != "not JSON" || len(res.Changed) != 0 {
+		t.Errorf("invalid command result = %+v", res)
+	}
+}
+
+func TestBrokenInvariantPanics(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 10)
+	l.State.Accounts["a"].Reserved = 11 // corrupt the state behind Apply's back
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(r.(string), "balance 10 is below reserved 11") {
+			t.Errorf("recover() = %v, want a panic naming the broken invariant", r)
+		}
+	}()
+	l.State.Apply(ledger.Admin{Account: "a", ID: "w", Op: ledger.OpWeight, Weight: 2}, 100, l.Now)
+}
+
+func TestCheckInvariantsFindsMismatch(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 10)
+	l.Submit("a", "j", 4, 0)
+	s := l.State.Clone()
+	s.Jobs["j"].Held = 3
+	s.Jobs["j"].Cost = 3
+	err := s.CheckInvariants()
+	if !errors.Is(err, ledger.ErrInvariant) || !strings.Contains(err.Error(), "reserves 4 but its unfinished jobs hold 3") {
+		t.Errorf("CheckInvariants() = %v", err)
+	}
+}
+
+func TestBooksCatchDoubleSettlement(t *testing.T) {
+	t.Parallel()
+	b := ledger.NewBooks()
+	posts := []ledger.Entry{
+		{Kind: ledger.EntryGrant, Account: "a", Amount: 10, Balance: 10},
+		{Kind: ledger.EntryReserve, Account: "a", Job: "j", Amount: 4, Balance: 10, Reserved: 4},
+		{Kind: ledger.EntryCharge, Account: "a", Job: "j", Amount: 4, Balance: 6, Reserved: 0},
+	}
+	for _, e := range posts {
+		if err := b.Post(e); err != nil {
+			t.Fatalf("Post(%+v) = %v", e, err)
+		}
+	}
+	err := b.Post(ledger.Entry{Kind: ledger.EntryRelease, Account: "a", Job: "j", Amount: 4, Balance: 6, Reserved: -4})
+	if !errors.Is(err, ledger.ErrAudit) || !strings.Contains(err.Error(), "already settled by a charge") {
+		t.Errorf("second settlement: %v", err)
+	}
+}
+
+func TestSnapshotsAreCheckedBothWays(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 10)
+	l.Submit("a", "j", 4, 0)
+	l.Start("j", "h")
+	data, err := ledger.MarshalJob(l.Job("j"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := ledger.UnmarshalJob(data)
+	if err != nil || j.State != ledger.StateRunning || len(j.Devices) != 1 || j.Walltime != ledger.DefaultWalltime {
+		t.Fatalf("UnmarshalJob = %+v, %v", j, err)
+	}
+	bad := l.Account("a").Clone()
+	bad.Reserved = 20
+	if _, err := ledger.MarshalAccount(bad); !errors.Is(err, ledger.ErrInvariant) {
+		t.Errorf("MarshalAccount(reserved > balance) = %v", err)
+	}
+	if _, err := ledger.UnmarshalAccount([]byte(`{"id":"a","balance":1,"reserved":2,"weight":1}`)); !errors.Is(err, ledger.ErrInvariant) {
+		t.Errorf("UnmarshalAccount(reserved > balance) = %v", err)
+	}
+}

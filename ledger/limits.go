@@ -1,0 +1,52 @@
+package ledger
+
+import "time"
+
+// Limits on what one command may ask for. A command beyond a limit is
+// rejected with [ReasonInvalid] and a message naming the limit.
+const (
+	// MaxJobGPUs is the most GPUs one job may ask for.
+	MaxJobGPUs = 256
+	// MinPriority and MaxPriority bound a job's priority; higher runs first.
+	MinPriority = -1000
+	MaxPriority = 1000
+	// MaxCommandArgs and MaxCommandBytes bound a job's command line.
+	MaxCommandArgs  = 4096
+	MaxCommandBytes = 128 << 10
+	// MaxEnvVars and MaxEnvBytes bound a job's extra environment.
+	MaxEnvVars  = 256
+	MaxEnvBytes = 64 << 10
+	// MaxWalltime is the longest walltime a job may ask for.
+	MaxWalltime = 30 * 24 * time.Hour
+	// DefaultWalltime is a job's walltime when the submission names none.
+	DefaultWalltime = time.Hour
+	// DefaultMaxAttempts is a job's max_attempts when the submission names none.
+	DefaultMaxAttempts = 3
+	// MaxMaxAttempts bounds max_attempts.
+	MaxMaxAttempts = 10
+	// MaxWeight bounds an account's fair-share weight; the default weight is 1.
+	MaxWeight = 10000
+	// MaxLimit bounds an account's max_running_jobs and max_running_gpus.
+	MaxLimit = 1 << 20
+	// MaxRecentOps is how many admin op ids an account remembers for
+	// idempotency beyond the stream's duplicate window.
+	MaxRecentOps = 64
+	// MaxReasonBytes bounds a reason a worker or the scheduler gives.
+	MaxReasonBytes = 1024
+	// MaxDeviceBytes bounds one device id (a GPU or MIG UUID).
+	MaxDeviceBytes = 128
+	// RetryDelay is the wait before an attempt's first retry; it doubles
+	// with each failed attempt up to MaxRetryDelay.
+	RetryDelay    = time.Second
+	MaxRetryDelay = 5 * time.Minute
+)
+
+// retryDelay returns how long a job waits before its next attempt after
+// failures failed attempts (failures ≥ 1).
+func retryDelay(failures int) time.Duration {
+	d := RetryDelay
+	for i := 1; i < failures && d < MaxRetryDelay; i++ {
+		d *= 2
+	}
+	return min(d, MaxRetryDelay)
+}

@@ -1,0 +1,44 @@
+package ledger
+
+// Reason is the machine-readable cause carried by a rejection, an ignored
+// command, a failure or a requeue. Scripts branch on it; people read the
+// message that comes with it.
+type Reason string
+
+// Reasons a command is rejected: it asked for something and got nothing.
+const (
+	ReasonInvalid             Reason = "invalid"              // the command is malformed or out of range
+	ReasonUnknownAccount      Reason = "unknown_account"      // the account does not exist
+	ReasonInsufficientCredits Reason = "insufficient_credits" // the account cannot pay
+	ReasonDuplicateConflict   Reason = "duplicate_conflict"   // the id was used before with other terms
+	ReasonAccountMismatch     Reason = "account_mismatch"     // the body or the job names another account
+	ReasonAccountExists       Reason = "account_exists"       // create of an existing account
+	ReasonOverflow            Reason = "overflow"             // an amount would leave the credit range
+	ReasonUnknownJob          Reason = "unknown_job"          // no job has this id
+	ReasonUnplaceable         Reason = "unplaceable"          // no host could ever fit the job (scheduler)
+)
+
+// Reasons a well-formed command changed nothing. The command is consumed; the
+// event that says so lets a user or an operator see why.
+const (
+	ReasonDuplicate        Reason = "duplicate"          // the same command was applied before
+	ReasonAlreadyTerminal  Reason = "already_terminal"   // the job has finished
+	ReasonAlreadyCancelled Reason = "already_cancelling" // a cancel is already on its way
+	ReasonStaleAttempt     Reason = "stale_attempt"      // the report or decision is for another attempt
+	ReasonWrongHost        Reason = "wrong_host"         // the report is not from the job's host
+	ReasonBadState         Reason = "bad_state"          // the report makes no sense in the job's state
+	ReasonBadDevices       Reason = "bad_devices"        // started with a device count other than the job's GPUs
+	ReasonNotPending       Reason = "not_pending"        // a dispatch decision for a job that is not pending
+	ReasonBackoff          Reason = "backoff"            // a dispatch decision before the retry delay ended
+	ReasonMaxRunningJobs   Reason = "max_running_jobs"   // the dispatch would exceed the account's job cap
+	ReasonMaxRunningGPUs   Reason = "max_running_gpus"   // the dispatch would exceed the account's GPU cap
+)
+
+// Reasons an attempt or a job ended without success.
+const (
+	ReasonExitCode       Reason = "exit_code"       // the command exited non-zero
+	ReasonCancelled      Reason = "cancelled"       // a user cancelled the job
+	ReasonLost           Reason = "lost"            // the attempt's host or process vanished
+	ReasonWorkerRejected Reason = "worker_rejected" // the worker could not start the attempt
+	ReasonAttemptsSpent  Reason = "attempts_exhausted"
+)

@@ -1,0 +1,197 @@
+package ledger
+
+import (
+	"fmt"
+	"time"
+)
+
+// dispatch applies the scheduler's decision to run the job's next attempt on
+// a host. The fold re-checks what the decision assumed: the job is pending,
+// this is its next attempt, its retry delay is over and its account's caps
+// allow one more. A decision that no longer holds is a logged no-op.
+func (t *tx) dispatch(c Dispatch) {
+	if err := c.Validate(); err != nil {
+		t.emit(InvalidEvent{Job: c.Job, Reason: ReasonInvalid, Message: "dispatch decision rejected: " + err.Error()})
+		return
+	}
+	j := t.s.Jobs[c.Job]
+	if j == nil {
+		t.emit(InvalidEvent{Job: c.Job, Reason: ReasonUnknownJob, Message: fmt.Sprintf("dispatch decision for unknown job %s", c.Job)})
+		return
+	}
+	ignore := func(r Reason, format string, args ...any) {
+		t.jobEvent(j.Account, j, JobEvent{Type: EventIgnored, Reason: r,
+			Message: fmt.Sprintf("dispatch of attempt %d to %s ignored: ", c.Attempt, c.Host) + fmt.Sprintf(format, args...)})
+	}
+	a := t.s.Accounts[j.Account]
+	switch {
+	case j.State != StatePending:
+		ignore(ReasonNotPending, "job is %s", j.State)
+	case c.Attempt != j.Attempt+1:
+		ignore(ReasonStaleAttempt, "the next attempt is %d", j.Attempt+1)
+	case t.at.Before(j.NotBefore):
+		ignore(ReasonBackoff, "retry not before %s", j.NotBefore.Format(time.RFC3339Nano))
+	case a.Limits.MaxRunningJobs > 0 && a.RunningJobs >= a.Limits.MaxRunningJobs:
+		ignore(ReasonMaxRunningJobs, "account %s already runs %d of at most %d jobs", a.ID, a.RunningJobs, a.Limits.MaxRunningJobs)
+	case a.Limits.MaxRunningGPUs > 0 && a.RunningGPUs+j.GPUs > a.Limits.MaxRunningGPUs:
+		ignore(ReasonMaxRunningGPUs, "account %s runs %d GPUs; %d more would pass its cap of %d", a.ID, a.RunningGPUs, j.GPUs, a.Limits.MaxRunningGPUs)
+	default:
+		j.State, j.Attempt, j.Host, j.Devices, j.DispatchedAt = StateDispatched, c.Attempt, c.Host, nil, t.at
+		j.Reason, j.Message = "", ""
+		a.RunningJobs++
+		a.RunningGPUs += j.GPUs
+		t.changedJob(j)
+		t.changedAccount(a)
+		t.jobEvent(a.ID, j, JobEvent{Type: EventDispatched, Message: fmt.Sprintf("attempt %d sent to %s", j.Attempt, j.Host)})
+		t.emit(DispatchOrder{Host: j.Host, Job: j.ID, Account: j.Account, Attempt: j.Attempt,
+			GPUs: j.GPUs, Command: j.Command, Env: j.Env, Walltime: j.Walltime})
+	}
+}
+
+// report applies a worker's report. It counts only from the attempt and host
+// the job was last dispatched to, and only in a state where it makes sense;
+// anything else is a no-op with the reason recorded in an event.
+func (t *tx) report(r Report) {
+	if err := r.Validate(); err != nil {
+		t.emit(InvalidEvent{Job: r.Job, Reason: ReasonInvalid, Message: fmt.Sprintf("report from %s rejected: %v", r.Host, err)})
+		return
+	}
+	j := t.s.Jobs[r.Job]
+	if j == nil {
+		t.emit(InvalidEvent{Job: r.Job, Reason: ReasonUnknownJob, Message: fmt.Sprintf("%s report from %s for unknown job %s", r.Type, r.Host, r.Job)})
+		return
+	}
+	ignore := func(reason Reason, format string, args ...any) {
+		t.jobEvent(j.Account, j, JobEvent{Type: EventIgnored, Reason: reason,
+			Message: fmt.Sprintf("%s report from %s for attempt %d ignored: ", r.Type, r.Host, r.Attempt) + fmt.Sprintf(format, args...)})
+	}
+	want := StateDispatched
+	if r.Type == ReportDone {
+		want = StateRunning
+	}
+	switch {
+	case r.Attempt != j.Attempt:
+		ignore(ReasonStaleAttempt, "the job's attempt is %d", j.Attempt)
+	case r.Host != j.Host:
+		ignore(ReasonWrongHost, "attempt %d was dispatched to %s", j.Attempt, j.Host)
+	case j.State != want:
+		ignore(ReasonBadState, "the job is %s", j.State)
+	case r.Type == ReportStarted && len(r.Devices) != j.GPUs:
+		ignore(ReasonBadDevices, "the job needs %d GPUs, the report lists %d devices", j.GPUs, len(r.Devices))
+	case r.Type == ReportStarted:
+		j.State, j.StartedAt = StateRunning, t.at
+		j.Devices = append([]string(nil), r.Devices...)
+		t.changedJob(j)
+		t.jobEvent(j.Account, j, JobEvent{Type: EventStarted, Devices: j.Devices,
+			Message: fmt.Sprintf("attempt %d running on %s", j.Attempt, j.Host)})
+	case r.Type == ReportDone:
+		code := r.ExitCode
+		j.ExitCode, j.RuntimeMS = &code, r.Runtime.Milliseconds()
+		switch {
+		case code == 0:
+			t.endAttempt(j, StateSucceeded, "", "")
+			t.finish(j, StateSucceeded, "", fmt.Sprintf("exited 0 after %v", r.Runtime))
+		case j.CancelRequested:
+			t.endAttempt(j, StateCancelled, ReasonCancelled, fmt.Sprintf("exit code %d", code))
+			t.finish(j, StateCancelled, ReasonCancelled, fmt.Sprintf("cancelled; exited %d after %v", code, r.Runtime))
+		default:
+			t.endAttempt(j, StateFailed, ReasonExitCode, fmt.Sprintf("exit code %d", code))
+			t.finish(j, StateFailed, ReasonExitCode, fmt.Sprintf("exited %d after %v", code, r.Runtime))
+		}
+	default: // ReportRejected
+		t.retry(j, ReasonWorkerRejected, fmt.Sprintf("%s could not start attempt %d: %s", j.Host, j.Attempt, r.Reason))
+	}
+}
+
+// lost applies the scheduler's decision that an attempt vanished.
+func (t *tx) lost(l Lost) {
+	if err := l.Validate(); err != nil {
+		t.emit(InvalidEvent{Job: l.Job, Reason: ReasonInvalid, Message: "lost decision rejected: " + err.Error()})
+		return
+	}
+	j := t.s.Jobs[l.Job]
+	if j == nil {
+		t.emit(InvalidEvent{Job: l.Job, Reason: ReasonUnknownJob, Message: fmt.Sprintf("lost decision for unknown job %s", l.Job)})
+		return
+	}
+	switch {
+	case l.Attempt != j.Attempt:
+		t.jobEvent(j.Account, j, JobEvent{Type: EventIgnored, Reason: ReasonStaleAttempt,
+			Message: fmt.Sprintf("lost decision for attempt %d ignored: the job's attempt is %d", l.Attempt, j.Attempt)})
+	case !j.State.OnHost():
+		t.jobEvent(j.Account, j, JobEvent{Type: EventIgnored, Reason: ReasonBadState,
+			Message: fmt.Sprintf("lost decision for attempt %d ignored: the job is %s", l.Attempt, j.State)})
+	default:
+		t.jobEvent(j.Account, j, JobEvent{Type: EventLost, Reason: ReasonLost,
+			Message: fmt.Sprintf("attempt %d on %s lost: %s", j.Attempt, j.Host, l.Reason)})
+		t.retry(j, ReasonLost, fmt.Sprintf("attempt %d on %s lost: %s", j.Attempt, j.Host, l.Reason))
+	}
+}
+
+// retry ends an attempt that failed through no fault of the job (lost, or
+// refused by the worker). The job is never charged for it: it goes back to
+// pending after a delay, or is released when cancelled or out of attempts.
+func (t *tx) retry(j *Job, reason Reason, msg string) {
+	j.Failures++
+	switch {
+	case j.CancelRequested:
+		t.endAttempt(j, StateCancelled, reason, msg)
+		t.finish(j, StateCancelled, ReasonCancelled, "cancelled; "+msg)
+	case j.Failures >= j.MaxAttempts:
+		t.endAttempt(j, StateFailed, reason, msg)
+		t.finish(j, StateFailed, ReasonAttemptsSpent,
+			fmt.Sprintf("%s; no attempts left (%d of %d failed)", msg, j.Failures, j.MaxAttempts))
+	default:
+		t.endAttempt(j, StatePending, reason, msg)
+		a := t.s.Accounts[j.Account]
+		a.RunningJobs--
+		a.RunningGPUs -= j.GPUs
+		t.changedAccount(a)
+		j.State, j.Host, j.Devices = StatePending, "", nil
+		j.NotBefore = t.at.Add(retryDelay(j.Failures))
+		j.Reason, j.Message = reason, msg
+		t.changedJob(j)
+		t.jobEvent(j.Account, j, JobEvent{Type: EventRequeued, Reason: reason, NotBefore: j.NotBefore,
+			Message: fmt.Sprintf("%s; attempt %d of %d after %v", msg, j.Attempt+1, j.MaxAttempts, retryDelay(j.Failures))})
+	}
+}
+
+// endAttempt records how the job's current attempt ended.
+func (t *tx) endAttempt(j *Job, outcome JobState, reason Reason, msg string) {
+	j.Attempts = append(j.Attempts, Attempt{N: j.Attempt, Host: j.Host, Outcome: outcome, Reason: reason, Message: msg, EndedAt: t.at})
+	t.changedJob(j)
+}
+
+// finish settles j's reservation and moves it to a final state: the
+// reservation is charged on success and released otherwise. It is the only
+// place a job leaves the active states, so no job is settled twice.
+func (t *tx) finish(j *Job, to JobState, reason Reason, msg string) {
+	if !j.State.Active() || !to.Terminal() {
+		panic(fmt.Sprintf("ledger: finish of job %s from %s to %s", j.ID, j.State, to))
+	}
+	a := t.s.Accounts[j.Account]
+	t.touch(a)
+	if j.State.OnHost() {
+		a.RunningJobs--
+		a.RunningGPUs -= j.GPUs
+	}
+	held := j.Held
+	j.Held = 0
+	a.Reserved -= held
+	if to == StateSucceeded {
+		a.Balance -= held
+		j.Charged = held
+		t.journal(a, Entry{Kind: EntryCharge, Job: j.ID, Amount: held})
+	} else {
+		t.journal(a, Entry{Kind: EntryRelease, Job: j.ID, Amount: held, Reason: reason})
+	}
+	j.State, j.Reason, j.Message, j.EndedAt = to, reason, msg, t.at
+	t.changedJob(j)
+	t.jobEvent(a.ID, j, JobEvent{Type: finalEvent[to]})
+}
+
+var finalEvent = map[JobState]EventType{
+	StateSucceeded: EventSucceeded,
+	StateFailed:    EventFailed,
+	StateCancelled: EventCancelled,
+}

@@ -1,0 +1,51 @@
+package ledger
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// The ledger's records are stored as JSON, one key per account and job.
+// Each record is checked on both sides of storage: before it is encoded and
+// after it is decoded, so corruption is caught at whichever boundary it
+// crossed.
+
+// MarshalAccount encodes a for storage. It fails if a breaks an invariant.
+func MarshalAccount(a *Account) ([]byte, error) {
+	if err := a.check(); err != nil {
+		return nil, fmt.Errorf("encode account %s: %w", a.ID, err)
+	}
+	return json.Marshal(a)
+}
+
+// UnmarshalAccount decodes a stored account and checks it.
+func UnmarshalAccount(data []byte) (*Account, error) {
+	var a Account
+	if err := json.Unmarshal(data, &a); err != nil {
+		return nil, fmt.Errorf("decode account: %w", err)
+	}
+	if err := a.check(); err != nil {
+		return nil, fmt.Errorf("decode account %s: %w", a.ID, err)
+	}
+	return &a, nil
+}
+
+// MarshalJob encodes j for storage. It fails if j breaks an invariant.
+func MarshalJob(j *Job) ([]byte, error) {
+	if err := j.check(); err != nil {
+		return nil, fmt.Errorf("encode job %s: %w", j.ID, err)
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJob decodes a stored job and checks it.
+func UnmarshalJob(data []byte) (*Job, error) {
+	var j Job
+	if err := json.Unmarshal(data, &j); err != nil {
+		return nil, fmt.Errorf("decode job: %w", err)
+	}
+	if err := j.check(); err != nil {
+		return nil, fmt.Errorf("decode job %s: %w", j.ID, err)
+	}
+	return &j, nil
+}

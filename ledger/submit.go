@@ -1,0 +1,132 @@
+package ledger
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// submit reserves the job's cost and queues it, or rejects it.
+//
+// A job id held by an accepted job is taken for good: the same terms again
+// are a harmless duplicate, other terms are a conflict. A rejected job does
+// not hold its id; submitting it again is evaluated afresh, so a pipeline can
+// retry a job that was refused for credits once the account is topped up.
+func (t *tx) submit(c Submit) {
+	c = c.WithDefaults()
+	if err := c.Validate(); err != nil {
+		if c.Account == "" || c.ID == "" {
+			t.emit(InvalidEvent{Account: c.Account, Job: c.ID, Reason: ReasonInvalid, Message: "submission rejected: " + err.Error()})
+			return
+		}
+		t.jobEvent(c.Account, t.s.Jobs[c.ID], JobEvent{Type: EventRejected, Job: c.ID, Reason: ReasonInvalid,
+			Message: fmt.Sprintf("submission of %s rejected: %v", c.ID, err)})
+		return
+	}
+	if j, ok := t.s.Jobs[c.ID]; ok && j.State != StateRejected {
+		if j.sameTerms(c) {
+			t.jobEvent(c.Account, j, JobEvent{Type: EventIgnored, Reason: ReasonDuplicate,
+				Message: fmt.Sprintf("job %s was already submitted with the same terms; it is %s", c.ID, j.State)})
+			return
+		}
+		t.jobEvent(c.Account, nil, JobEvent{Type: EventRejected, Job: c.ID, Reason: ReasonDuplicateConflict,
+			Message: fmt.Sprintf("job id %s is taken by a job with other terms (%s); submit under a new id", c.ID, termDiff(j, c))})
+		return
+	}
+	a := t.s.Accounts[c.Account]
+	if a == nil {
+		t.rejectSubmission(c, ReasonUnknownAccount,
+			fmt.Sprintf("account %s does not exist; an admin must create it first", c.Account))
+		return
+	}
+	t.touch(a)
+	if c.Cost > a.Available() {
+		t.rejectSubmission(c, ReasonInsufficientCredits,
+			fmt.Sprintf("job %s costs %d but account %s has %d available (balance %d, reserved %d)",
+				c.ID, c.Cost, a.ID, a.Available(), a.Balance, a.Reserved))
+		return
+	}
+	j := newJob(c, t.seq, t)
+	j.State, j.Held = StatePending, c.Cost
+	a.Reserved += c.Cost // cannot overflow: Cost ≤ Available ≤ Balance - Reserved
+	t.s.Jobs[j.ID] = j
+	t.changedJob(j)
+	t.journal(a, Entry{Kind: EntryReserve, Job: j.ID, Amount: c.Cost})
+	t.jobEvent(a.ID, j, JobEvent{Type: EventAccepted,
+		Message: fmt.Sprintf("reserved %d of %d available", c.Cost, a.Available()+c.Cost)})
+}
+
+// rejectSubmission records a refused submission as a rejected job, replacing
+// an earlier rejected record of the same id, and says why.
+func (t *tx) rejectSubmission(c Submit, reason Reason, msg string) {
+	j := newJob(c, 0, t)
+	j.State, j.Reason, j.Message, j.EndedAt = StateRejected, reason, msg, t.at
+	t.s.Jobs[j.ID] = j
+	t.changedJob(j)
+	t.jobEvent(c.Account, j, JobEvent{Type: EventRejected})
+}
+
+func newJob(c Submit, submitSeq uint64, t *tx) *Job {
+	return &Job{
+		ID:          c.ID,
+		Account:     c.Account,
+		Priority:    c.Priority,
+		GPUs:        c.GPUs,
+		Cost:        c.Cost,
+		Command:     slices.Clone(c.Command),
+		Env:         maps.Clone(c.Env),
+		Walltime:    c.Walltime,
+		MaxAttempts: c.MaxAttempts,
+		SubmitSeq:   submitSeq,
+		SubmittedAt: t.at,
+	}
+}
+
+// termDiff names the terms in which c differs from the existing job j.
+func termDiff(j *Job, c Submit) string {
+	var d []string
+	if j.Account != c.Account {
+		return "it belongs to another account"
+	}
+	if j.Priority != c.Priority {
+		d = append(d, fmt.Sprintf("priority %d, not %d", j.Priority, c.Priority))
+	}
+	if j.GPUs != c.GPUs {
+		d = append(d, fmt.Sprintf("gpus %d, not %d", j.GPUs, c.GPUs))
+	}
+	if j.Cost != c.Cost {
+		d = append(d, fmt.Sprintf("cost %d, not %d", j.Cost, c.Cost))
+	}
+	if !slices.Equal(j.Command, c.Command) {
+		d = append(d, "another command")
+	}
+	if !maps.Equal(j.Env, c.Env) {
+		d = append(d, "another env")
+	}
+	if j.Walltime != c.Walltime {
+		d = append(d, fmt.Sprintf("walltime %v, not %v", j.Walltime, c.Walltime))
+	}
+	if j.MaxAttempts != c.MaxAttempts {
+		d = append(d, fmt.Sprintf("max_attempts %d, not %d", j.MaxAttempts, c.MaxAttempts))
+	}
+	return "it has " + strings.Join(d, ", ")
+}
+
+// jobEvent emits e about job j (nil when e concerns a job id with no record,
+// in which case e.Job must be set) on account's subject, filling in the job's
+// state and the account's balances.
+func (t *tx) jobEvent(account string, j *Job, e JobEvent) {
+	e.Account = account
+	if j != nil {
+		e.Job, e.State, e.Attempt, e.Host = j.ID, j.State, j.Attempt, j.Host
+		if e.Reason == "" && e.Message == "" {
+			e.Reason, e.Message = j.Reason, j.Message
+		}
+		e.Charged = j.Charged
+	}
+	if a := t.s.Accounts[account]; a != nil {
+		e.Balance, e.Available = a.Balance, a.Available()
+	}
+	t.emit(e)
+}

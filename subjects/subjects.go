@@ -1,0 +1,338 @@
+// Package subjects owns every name gpuq puts on the wire: the NATS subjects,
+// stream and bucket names, ledger keys and header names of the v1 contract.
+//
+// Nothing else in gpuq writes a subject string by hand. A [Names] value, made
+// once from the configurable prefix, builds concrete subjects
+// ("gpuq.cmd.submit.vision") and parses the subjects the scheduler reads back.
+// Tokens (accounts, hosts, job ids) must satisfy [CheckToken]; builders panic
+// on a bad token, because validating input is the job of the edge that
+// received it, and a subject built from an unchecked token would silently
+// route a message nowhere.
+//
+// The package performs no I/O and imports only the standard library.
+package subjects
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// MaxTokenLen is the longest account name, host name or job id, in bytes.
+const MaxTokenLen = 64
+
+// DefaultPrefix is the subject prefix used when none is configured.
+const DefaultPrefix = "gpuq"
+
+// Header names used on gpuq messages.
+const (
+	// MsgIDHeader carries the de-duplication id JetStream uses for its
+	// duplicate window: the job id on a submission, the op id on an admin
+	// command, and a derived id on every effect and report.
+	MsgIDHeader = "Nats-Msg-Id"
+)
+
+// Command kinds: the third token of a subject on the command stream.
+const (
+	KindSubmit = "submit"
+	KindCancel = "cancel"
+	KindAdmin  = "admin"
+	KindReport = "report"
+	KindSched  = "sched"
+)
+
+// Scheduler decision kinds: the last token of gpuq.cmd.sched.<kind>.
+const (
+	SchedDispatch = "dispatch"
+	SchedLost     = "lost"
+)
+
+// Ledger bucket keys that are not per account or per job.
+const (
+	CheckpointKey = "sched.checkpoint"
+	LeaderKey     = "sched.leader"
+)
+
+// ErrBadToken reports a token that is not a valid account, host or job name.
+var ErrBadToken = errors.New("subjects: bad token")
+
+// ErrBadSubject reports a subject that is not part of the gpuq contract.
+var ErrBadSubject = errors.New("subjects: not a gpuq subject")
+
+// CheckToken reports whether s may be used as a subject token: 1 to
+// [MaxTokenLen] bytes of ASCII letters, digits, '_' and '-'. what names the
+// token in the error ("account", "host", "job id"). The error wraps
+// [ErrBadToken].
+func CheckToken(what, s string) error {
+	if s == "" {
+		return fmt.Errorf("%s is empty: %w", what, ErrBadToken)
+	}
+	if len(s) > MaxTokenLen {
+		return fmt.Errorf("%s %.20q… is %d bytes, more than %d: %w", what, s, len(s), MaxTokenLen, ErrBadToken)
+	}
+	for i := 0; i < len(s); i++ {
+		if !tokenByte(s[i]) {
+			return fmt.Errorf("%s %q has %q at byte %d; use only letters, digits, '_' and '-': %w", what, s, s[i], i, ErrBadToken)
+		}
+	}
+	return nil
+}
+
+// ValidToken reports whether s passes [CheckToken].
+func ValidToken(s string) bool { return CheckToken("token", s) == nil }
+
+func tokenByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
+}
+
+// Names builds and parses the subjects, stream names, bucket names and keys of
+// one gpuq installation. The zero value is not usable; call [New].
+type Names struct {
+	prefix string // subject prefix, e.g. "gpuq"
+	upper  string // stream name prefix, e.g. "GPUQ"
+}
+
+// Default is the [Names] of an installation with [DefaultPrefix].
+var Default = MustNew(DefaultPrefix)
+
+// New returns the names for an installation whose subjects start with prefix.
+// The prefix must be a single token (see [CheckToken]); it also prefixes the
+// stream names (upper-cased) and bucket names, so two installations can share
+// one NATS account.
+func New(prefix string) (Names, error) {
+	if err := CheckToken("subject prefix", prefix); err != nil {
+		return Names{}, err
+	}
+	return Names{prefix: prefix, upper: strings.ToUpper(prefix)}, nil
+}
+
+// MustNew is like [New] but panics on a bad prefix. It is for constants.
+func MustNew(prefix string) Names {
+	n, err := New(prefix)
+	if err != nil {
+		panic(err)
+	}
+	return n
+}
+
+// Prefix returns the subject prefix.
+func (n Names) Prefix() string { return n.prefix }
+
+// Stream and bucket names.
+
+// CmdStream is the ordered log of every command: GPUQ_CMD.
+func (n Names) CmdStream() string { return n.upper + "_CMD" }
+
+// DispatchStream is the work queue of dispatch and cancel orders: GPUQ_DISPATCH.
+func (n Names) DispatchStream() string { return n.upper + "_DISPATCH" }
+
+// EventsStream holds job and account facts and journal entries: GPUQ_EVENTS.
+func (n Names) EventsStream() string { return n.upper + "_EVENTS" }
+
+// LogsStream holds job output chunks: GPUQ_LOGS.
+func (n Names) LogsStream() string { return n.upper + "_LOGS" }
+
+// LedgerBucket is the KV bucket of the materialized ledger: gpuq_ledger.
+func (n Names) LedgerBucket() string { return n.prefix + "_ledger" }
+
+// HostsBucket is the KV bucket of worker heartbeats: gpuq_hosts.
+func (n Names) HostsBucket() string { return n.prefix + "_hosts" }
+
+// Stream filters.
+
+// CmdFilter is the subject filter of the command stream: gpuq.cmd.>.
+func (n Names) CmdFilter() string { return n.prefix + ".cmd.>" }
+
+// DispatchFilter is the subject filter of the dispatch stream: gpuq.dispatch.*.
+func (n Names) DispatchFilter() string { return n.prefix + ".dispatch.*" }
+
+// EventFilters are the subject filters of the events stream: gpuq.event.> and
+// gpuq.journal.*.
+func (n Names) EventFilters() []string {
+	return []string{n.prefix + ".event.>", n.prefix + ".journal.*"}
+}
+
+// LogFilter is the subject filter of the logs stream: gpuq.log.*.
+func (n Names) LogFilter() string { return n.prefix + ".log.*" }
+
+// Stream describes one stream of the contract: its name and subject filters.
+type Stream struct {
+	Name     string
+	Subjects []string
+}
+
+// Streams lists every stream of the contract with its subject filters. The
+// scheduler creates streams from this list, and tests check every builder
+// against it.
+func (n Names) Streams() []Stream {
+	return []Stream{
+		{Name: n.CmdStream(), Subjects: []string{n.CmdFilter()}},
+		{Name: n.DispatchStream(), Subjects: []string{n.DispatchFilter()}},
+		{Name: n.EventsStream(), Subjects: n.EventFilters()},
+		{Name: n.LogsStream(), Subjects: []string{n.LogFilter()}},
+	}
+}
+
+// Command subjects (stream GPUQ_CMD).
+
+// Submit is where a pipeline submits a job for account: gpuq.cmd.submit.<account>.
+func (n Names) Submit(account string) string { return n.join("account", account, "cmd", KindSubmit) }
+
+// Cancel is where a job of account is cancelled: gpuq.cmd.cancel.<account>.
+func (n Names) Cancel(account string) string { return n.join("account", account, "cmd", KindCancel) }
+
+// Admin is where account administration is sent: gpuq.cmd.admin.<account>.
+func (n Names) Admin(account string) string { return n.join("account", account, "cmd", KindAdmin) }
+
+// Report is where the worker on host reports: gpuq.cmd.report.<host>.
+func (n Names) Report(host string) string { return n.join("host", host, "cmd", KindReport) }
+
+// Sched is where the scheduler logs a decision of kind ([SchedDispatch],
+// [SchedLost]): gpuq.cmd.sched.<kind>.
+func (n Names) Sched(kind string) string { return n.join("decision kind", kind, "cmd", KindSched) }
+
+// Dispatch subjects (stream GPUQ_DISPATCH).
+
+// Dispatch is where host receives dispatch and cancel orders: gpuq.dispatch.<host>.
+func (n Names) Dispatch(host string) string { return n.join("host", host, "dispatch") }
+
+// Event subjects (stream GPUQ_EVENTS).
+
+// JobEvent is where facts about job of account are published:
+// gpuq.event.<account>.job.<job>.
+func (n Names) JobEvent(account, job string) string {
+	mustToken("account", account)
+	mustToken("job id", job)
+	return n.prefix + ".event." + account + ".job." + job
+}
+
+// JobEvents is the filter for every job event of account: gpuq.event.<account>.job.*.
+func (n Names) JobEvents(account string) string {
+	mustToken("account", account)
+	return n.prefix + ".event." + account + ".job.*"
+}
+
+// AccountEvent is where account facts and admin outcomes are published:
+// gpuq.event.<account>.account.
+func (n Names) AccountEvent(account string) string {
+	mustToken("account", account)
+	return n.prefix + ".event." + account + ".account"
+}
+
+// InvalidEvent is where the rejection of a command of account that could not
+// be parsed or addressed is published: gpuq.event.<account>.invalid.
+func (n Names) InvalidEvent(account string) string {
+	mustToken("account", account)
+	return n.prefix + ".event." + account + ".invalid"
+}
+
+// UnaddressedEvent is where the rejection of a command that names no valid
+// account (a bad subject token, a report about an unknown job) is published:
+// gpuq.event.invalid. It has one token fewer than any per-account event
+// subject, so it cannot collide with an account's subjects.
+func (n Names) UnaddressedEvent() string { return n.prefix + ".event.invalid" }
+
+// Journal is where ledger entries of account are published: gpuq.journal.<account>.
+func (n Names) Journal(account string) string { return n.join("account", account, "journal") }
+
+// JournalAll is the filter for every account's journal: gpuq.journal.*.
+func (n Names) JournalAll() string { return n.prefix + ".journal.*" }
+
+// Log subjects (stream GPUQ_LOGS).
+
+// Log is where a worker streams the output of job: gpuq.log.<job>.
+func (n Names) Log(job string) string { return n.join("job id", job, "log") }
+
+// Ledger bucket keys.
+
+// AccountKey is the ledger key of an account: account.<id>.
+func AccountKey(id string) string { mustToken("account", id); return "account." + id }
+
+// JobKey is the ledger key of a job: job.<id>.
+func JobKey(id string) string { mustToken("job id", id); return "job." + id }
+
+// HostKey is the key of a host in the hosts bucket: <host>.
+func HostKey(host string) string { mustToken("host", host); return host }
+
+// ParseKey splits a ledger key into its kind ("account", "job" or "sched")
+// and id.
+func ParseKey(key string) (kind, id string, err error) {
+	kind, id, ok := strings.Cut(key, ".")
+	switch {
+	case !ok:
+	case kind == "account" || kind == "job":
+		if CheckToken(kind, id) == nil {
+			return kind, id, nil
+		}
+	case key == CheckpointKey || key == LeaderKey:
+		return kind, id, nil
+	}
+	return "", "", fmt.Errorf("ledger key %q: %w", key, ErrBadSubject)
+}
+
+// Cmd is a parsed command subject.
+type Cmd struct {
+	Kind  string // KindSubmit, KindCancel, KindAdmin, KindReport or KindSched
+	Token string // the account, host or decision kind the subject names
+}
+
+// ParseCmd parses a subject of the command stream. It returns an error
+// wrapping [ErrBadSubject] for a subject outside the contract, and one
+// wrapping [ErrBadToken] (with the kind filled in) when the shape is right but
+// the token is not valid.
+func (n Names) ParseCmd(subject string) (Cmd, error) {
+	rest, ok := strings.CutPrefix(subject, n.prefix+".cmd.")
+	if !ok {
+		return Cmd{}, fmt.Errorf("%q is not under %s: %w", subject, n.CmdFilter(), ErrBadSubject)
+	}
+	kind, token, ok := strings.Cut(rest, ".")
+	if !ok || strings.Contains(token, ".") {
+		return Cmd{}, fmt.Errorf("%q: want %s.cmd.<kind>.<token>: %w", subject, n.prefix, ErrBadSubject)
+	}
+	var what string
+	switch kind {
+	case KindSubmit, KindCancel, KindAdmin:
+		what = "account"
+	case KindReport:
+		what = "host"
+	case KindSched:
+		if token != SchedDispatch && token != SchedLost {
+			return Cmd{Kind: kind}, fmt.Errorf("%q: unknown decision kind %q: %w", subject, token, ErrBadSubject)
+		}
+		return Cmd{Kind: kind, Token: token}, nil
+	default:
+		return Cmd{}, fmt.Errorf("%q: unknown command kind %q: %w", subject, kind, ErrBadSubject)
+	}
+	if err := CheckToken(what, token); err != nil {
+		return Cmd{Kind: kind}, fmt.Errorf("subject %q: %w", subject, err)
+	}
+	return Cmd{Kind: kind, Token: token}, nil
+}
+
+// Match reports whether subject matches the NATS subject filter: '*' matches
+// one token and a final '>' one or more.
+func Match(filter, subject string) bool {
+	f := strings.Split(filter, ".")
+	s := strings.Split(subject, ".")
+	for i, tok := range f {
+		if tok == ">" {
+			return i == len(f)-1 && len(s) > i
+		}
+		if i >= len(s) || (tok != "*" && tok != s[i]) || s[i] == "" {
+			return false
+		}
+	}
+	return len(f) == len(s)
+}
+
+// join builds prefix.parts….token after checking token.
+func (n Names) join(what, token string, parts ...string) string {
+	mustToken(what, token)
+	return n.prefix + "." + strings.Join(parts, ".") + "." + token
+}
+
+func mustToken(what, s string) {
+	if err := CheckToken(what, s); err != nil {
+		panic(fmt.Sprintf("subjects: unchecked %s reached a builder: %v", what, err))
+	}
+}

@@ -1,0 +1,210 @@
+// Tests for the v1 subject contract: tokens that would break routing are
+// refused, every subject a component publishes lands in exactly the stream
+// meant to hold it, and parsing inverts building.
+package subjects
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestCheckToken(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want bool
+	}{
+		{"vision", true},
+		{"train-42", true},
+		{"A_b-9", true},
+		{strings.Repeat("x", MaxTokenLen), true},
+		{"", false},
+		{strings.Repeat("x", MaxTokenLen+1), false},
+		{"a.b", false},
+		{"a*", false},
+		{">", false},
+		{"a b", false},
+		{"a\tb", false},
+		{"a\n", false},
+		{"é", false},
+		{"a/b", false},
+		{"$JS", false},
+	}
+	for _, tt := range tests {
+		err := CheckToken("account", tt.in)
+		if got := err == nil; got != tt.want {
+			t.Errorf("CheckToken(%q) = %v, want ok=%v", tt.in, err, tt.want)
+		}
+		if err != nil && !errors.Is(err, ErrBadToken) {
+			t.Errorf("CheckToken(%q) = %v, want it to wrap ErrBadToken", tt.in, err)
+		}
+	}
+}
+
+func TestNewRejectsBadPrefix(t *testing.T) {
+	t.Parallel()
+	for _, p := range []string{"", "a.b", "gpu q", "x>"} {
+		if _, err := New(p); err == nil {
+			t.Errorf("New(%q) = nil error, want an error", p)
+		}
+	}
+}
+
+func TestBuildersPanicOnBadToken(t *testing.T) {
+	t.Parallel()
+	builders := map[string]func(){
+		"Submit":   func() { Default.Submit("a.b") },
+		"Report":   func() { Default.Report("h*") },
+		"Dispatch": func() { Default.Dispatch(">") },
+		"JobEvent": func() { Default.JobEvent("ok", "bad job") },
+		"Log":      func() { Default.Log("") },
+		"JobKey":   func() { JobKey("j.1") },
+	}
+	for name, build := range builders {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s with a bad token did not panic", name)
+				}
+			}()
+			build()
+		}()
+	}
+}
+
+// TestEverySubjectLandsInItsStream checks, for every subject each component
+// publishes, that it matches the filters of the stream meant to store it and
+// of no other stream. A subject outside every filter would be dropped by
+// JetStream (no stream, no ack); one inside two would be stored twice.
+func TestEverySubjectLandsInItsStream(t *testing.T) {
+	t.Parallel()
+	for _, prefix := range []string{"gpuq", "team-b"} {
+		n := MustNew(prefix)
+		type pub struct {
+			component, subject, stream string
+		}
+		pubs := []pub{
+			{"pipeline", n.Submit("vision"), n.CmdStream()},
+			{"pipeline", n.Cancel("vision"), n.CmdStream()},
+			{"admin", n.Admin("vision"), n.CmdStream()},
+			{"worker", n.Report("gpu-host-1"), n.CmdStream()},
+			{"worker", n.Log("train-42"), n.LogsStream()},
+			{"scheduler", n.Sched(SchedDispatch), n.CmdStream()},
+			{"scheduler", n.Sched(SchedLost), n.CmdStream()},
+			{"scheduler", n.Dispatch("gpu-host-1"), n.DispatchStream()},
+			{"scheduler", n.JobEvent("vision", "train-42"), n.EventsStream()},
+			{"scheduler", n.AccountEvent("vision"), n.EventsStream()},
+			{"scheduler", n.InvalidEvent("vision"), n.EventsStream()},
+			{"scheduler", n.UnaddressedEvent(), n.EventsStream()},
+			{"scheduler", n.Journal("vision"), n.EventsStream()},
+			// An account named like a subject keyword still routes correctly.
+			{"scheduler", n.JobEvent("invalid", "job"), n.EventsStream()},
+			{"scheduler", n.AccountEvent("account"), n.EventsStream()},
+		}
+		for _, p := range pubs {
+			var in []string
+			for _, s := range n.Streams() {
+				for _, f := range s.Subjects {
+					if Match(f, p.subject) {
+						in = append(in, s.Name)
+						break
+					}
+				}
+			}
+			if len(in) != 1 || in[0] != p.stream {
+				t.Errorf("%s publishes %q: stored in streams %v, want exactly [%s]", p.component, p.subject, in, p.stream)
+			}
+		}
+	}
+}
+
+// TestEventSubjectsDoNotCollide checks that the per-account event subjects of
+// one account are never matched by another account's filters.
+func TestEventSubjectsDoNotCollide(t *testing.T) {
+	t.Parallel()
+	n := Default
+	subs := []string{n.JobEvent("a", "j"), n.AccountEvent("a"), n.InvalidEvent("a"), n.UnaddressedEvent(), n.Journal("a")}
+	if Match(n.JobEvents("b"), subs[0]) {
+		t.Errorf("JobEvents(b) matches %q", subs[0])
+	}
+	if !Match(n.JobEvents("a"), subs[0]) {
+		t.Errorf("JobEvents(a) does not match %q", subs[0])
+	}
+	for _, s := range subs[1:] {
+		if Match(n.JobEvents("a"), s) {
+			t.Errorf("JobEvents(a) matches non-job subject %q", s)
+		}
+	}
+}
+
+func TestParseCmd(t *testing.T) {
+	t.Parallel()
+	n := Default
+	good := map[string]Cmd{
+		n.Submit("vision"):     {KindSubmit, "vision"},
+		n.Cancel("vision"):     {KindCancel, "vision"},
+		n.Admin("ops"):         {KindAdmin, "ops"},
+		n.Report("h1"):         {KindReport, "h1"},
+		n.Sched(SchedDispatch): {KindSched, SchedDispatch},
+		n.Sched(SchedLost):     {KindSched, SchedLost},
+	}
+	for subject, want := range good {
+		got, err := n.ParseCmd(subject)
+		if err != nil || got != want {
+			t.Errorf("ParseCmd(%q) = %+v, %v, want %+v", subject, got, err, want)
+		}
+	}
+	bad := map[string]error{
+		"gpuq.cmd.submit":         ErrBadSubject,
+		"gpuq.cmd.submit.a.b":     ErrBadSubject,
+		"gpuq.cmd.frobnicate.a":   ErrBadSubject,
+		"gpuq.cmd.sched.reboot":   ErrBadSubject,
+		"other.cmd.submit.a":      ErrBadSubject,
+		"gpuq.cmd.submit.caf\xe9": ErrBadToken,
+		"gpuq.cmd.report.h:1":     ErrBadToken,
+	}
+	for subject, want := range bad {
+		if _, err := n.ParseCmd(subject); !errors.Is(err, want) {
+			t.Errorf("ParseCmd(%q) = %v, want %v", subject, err, want)
+		}
+	}
+}
+
+func TestParseKey(t *testing.T) {
+	t.Parallel()
+	for _, key := range []string{AccountKey("a"), JobKey("j-1"), CheckpointKey, LeaderKey} {
+		kind, id, err := ParseKey(key)
+		if err != nil || kind+"."+id != key {
+			t.Errorf("ParseKey(%q) = %q, %q, %v", key, kind, id, err)
+		}
+	}
+	for _, key := range []string{"account", "job.", "host.h1", "sched.other", "account.a.b"} {
+		if _, _, err := ParseKey(key); err == nil {
+			t.Errorf("ParseKey(%q) = nil error, want one", key)
+		}
+	}
+}
+
+func TestMatch(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		filter, subject string
+		want            bool
+	}{
+		{"a.>", "a.b", true},
+		{"a.>", "a.b.c", true},
+		{"a.>", "a", false},
+		{"a.*", "a.b", true},
+		{"a.*", "a.b.c", false},
+		{"a.*.c", "a.b.c", true},
+		{"a.b", "a.b", true},
+		{"a.b", "a.c", false},
+		{"a.b", "a.b.c", false},
+	}
+	for _, tt := range tests {
+		if got := Match(tt.filter, tt.subject); got != tt.want {
+			t.Errorf("Match(%q, %q) = %v, want %v", tt.filter, tt.subject, got, tt.want)
+		}
+	}
+}
