@@ -59,20 +59,46 @@ var ErrBadToken = errors.New("subjects: bad token")
 // ErrBadSubject reports a subject that is not part of the gpuq contract.
 var ErrBadSubject = errors.New("subjects: not a gpuq subject")
 
+// TokenError describes a token that is not a valid account, host or job
+// name. It matches [ErrBadToken] with errors.Is.
+type TokenError struct {
+	What    string // "account", "host", "job id", …
+	Token   string
+	Problem string
+}
+
+func (e *TokenError) Error() string {
+	if e.Token == "" {
+		return e.What + " " + e.Problem
+	}
+	t := e.Token
+	if len(t) > 24 {
+		t = t[:24] + "…"
+	}
+	return fmt.Sprintf("%s %q %s", e.What, t, e.Problem)
+}
+
+// Unwrap returns [ErrBadToken].
+func (e *TokenError) Unwrap() error { return ErrBadToken }
+
 // CheckToken reports whether s may be used as a subject token: 1 to
 // [MaxTokenLen] bytes of ASCII letters, digits, '_' and '-'. what names the
-// token in the error ("account", "host", "job id"). The error wraps
-// [ErrBadToken].
+// token in the error ("account", "host", "job id"). The error is a
+// [*TokenError], which matches [ErrBadToken].
 func CheckToken(what, s string) error {
 	if s == "" {
-		return fmt.Errorf("%s is empty: %w", what, ErrBadToken)
+		return &TokenError{What: what, Problem: "is empty"}
 	}
 	if len(s) > MaxTokenLen {
-		return fmt.Errorf("%s %.20q… is %d bytes, more than %d: %w", what, s, len(s), MaxTokenLen, ErrBadToken)
+		return &TokenError{What: what, Token: s, Problem: fmt.Sprintf("is %d bytes, more than %d", len(s), MaxTokenLen)}
 	}
 	for i := 0; i < len(s); i++ {
 		if !tokenByte(s[i]) {
-			return fmt.Errorf("%s %q has %q at byte %d; use only letters, digits, '_' and '-': %w", what, s, s[i], i, ErrBadToken)
+			c := fmt.Sprintf("%q", s[i])
+			if s[i] >= 0x80 {
+				c = "a non-ASCII character"
+			}
+			return &TokenError{What: what, Token: s, Problem: fmt.Sprintf("has %s at byte %d; use only letters, digits, '_' and '-'", c, i)}
 		}
 	}
 	return nil

@@ -1,0 +1,380 @@
+package wire
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gpuq/gpuq/ledger"
+	"github.com/gpuq/gpuq/subjects"
+)
+
+// Version is the contract version every message carries in its "v" field.
+const Version = 1
+
+// MaxMessageBytes is the largest message gpuq accepts. Streams are created
+// with this as their max message size.
+const MaxMessageBytes = 1 << 20
+
+// Message is one message to publish: its subject, its de-duplication id
+// (the Nats-Msg-Id header) and its JSON body.
+type Message struct {
+	Subject string
+	MsgID   string
+	Data    []byte
+}
+
+// DecodeError is a command that could not be decoded or addressed. It says
+// which account the command came from (when the subject named a valid one),
+// the machine-readable reason and what was wrong.
+type DecodeError struct {
+	Account string        // the subject's account, "" if none or not valid
+	Job     string        // the job the body named, if it could be read
+	Reason  ledger.Reason // ledger.ReasonInvalid or ledger.ReasonAccountMismatch
+	Err     error
+}
+
+func (e *DecodeError) Error() string { return e.Err.Error() }
+
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// Command returns the [ledger.Invalid] command the fold applies in place of
+// the undecodable entry, so the sender gets a rejection event.
+func (e *DecodeError) Command() ledger.Invalid {
+	return ledger.Invalid{Account: e.Account, Reason: e.Reason, Message: e.Err.Error()}
+}
+
+// DecodeCommand decodes one entry of the command stream from its subject and
+// body. A subject outside the contract, a body that is not valid v1 JSON, a
+// field out of range or a body naming another account all yield a
+// [*DecodeError]; a returned command has passed its Validate method.
+func DecodeCommand(n subjects.Names, subject string, data []byte) (ledger.Command, error) {
+	cmd, err := n.ParseCmd(subject)
+	if err != nil {
+		return nil, &DecodeError{Reason: ledger.ReasonInvalid, Err: err}
+	}
+	switch cmd.Kind {
+	case subjects.KindSubmit:
+		return DecodeSubmit(cmd.Token, data)
+	case subjects.KindCancel:
+		return DecodeCancel(cmd.Token, data)
+	case subjects.KindAdmin:
+		return DecodeAdmin(cmd.Token, data)
+	case subjects.KindReport:
+		return DecodeReport(cmd.Token, data)
+	case subjects.KindSched:
+		if cmd.Token == subjects.SchedDispatch {
+			return DecodeDispatch(data)
+		}
+		return DecodeLost(data)
+	}
+	return nil, &DecodeError{Reason: ledger.ReasonInvalid, Err: fmt.Errorf("subject %q: unhandled command kind %q", subject, cmd.Kind)}
+}
+
+// decodeError wraps a body problem of a command from account (or host).
+func decodeError(account, job, what string, err error) *DecodeError {
+	return &DecodeError{Account: account, Job: job, Reason: ledger.ReasonInvalid, Err: fmt.Errorf("%s rejected: %w", what, err)}
+}
+
+// checkAccount records a mismatch between the subject's account and an
+// account the body names, if it names one.
+func checkAccount(f *fields, account string) error {
+	if named := f.str("account", false); named != "" && named != account {
+		return fmt.Errorf("the body names account %q but was sent on the subject of account %q", named, account)
+	}
+	return nil
+}
+
+// DecodeSubmit decodes the body of gpuq.cmd.submit.<account>.
+func DecodeSubmit(account string, data []byte) (ledger.Submit, error) {
+	f, err := object(data)
+	if err != nil {
+		return ledger.Submit{}, decodeError(account, "", "submission", err)
+	}
+	s := ledger.Submit{
+		Account:     account,
+		ID:          f.token("id", "job id", true),
+		Priority:    f.int("priority", false),
+		GPUs:        f.int("gpus", true),
+		Cost:        ledger.Credits(f.int64("cost", true)),
+		Command:     f.strs("command", true),
+		Env:         f.strMap("env"),
+		Walltime:    f.duration("walltime", false),
+		MaxAttempts: f.int("max_attempts", false),
+	}
+	if err := checkAccount(f, account); err != nil {
+		return ledger.Submit{}, &DecodeError{Account: account, Job: s.ID, Reason: ledger.ReasonAccountMismatch, Err: err}
+	}
+	if err := f.err(); err != nil {
+		return ledger.Submit{}, decodeError(account, s.ID, "submission", err)
+	}
+	if err := s.Validate(); err != nil {
+		return ledger.Submit{}, decodeError(account, s.ID, "submission of "+s.ID, err)
+	}
+	return s, nil
+}
+
+type submitBody struct {
+	V           int               `json:"v"`
+	ID          string            `json:"id"`
+	Priority    int               `json:"priority"`
+	GPUs        int               `json:"gpus"`
+	Cost        ledger.Credits    `json:"cost"`
+	Command     []string          `json:"command"`
+	Env         map[string]string `json:"env,omitempty"`
+	Walltime    string            `json:"walltime,omitempty"`
+	MaxAttempts int               `json:"max_attempts,omitempty"`
+}
+
+// EncodeSubmit returns the message that submits s. It fails if s would be
+// rejected as invalid.
+func EncodeSubmit(n subjects.Names, s ledger.Submit) (Message, error) {
+	if err := errors.Join(subjects.CheckToken("account", s.Account), subjects.CheckToken("job id", s.ID), s.Validate()); err != nil {
+		return Message{}, err
+	}
+	body := submitBody{V: Version, ID: s.ID, Priority: s.Priority, GPUs: s.GPUs, Cost: s.Cost,
+		Command: s.Command, Env: s.Env, MaxAttempts: s.MaxAttempts}
+	if s.Walltime > 0 {
+		body.Walltime = s.Walltime.String()
+	}
+	return encode(n.Submit(s.Account), SubmitMsgID(s.Account, s.ID), body)
+}
+
+// DecodeCancel decodes the body of gpuq.cmd.cancel.<account>.
+func DecodeCancel(account string, data []byte) (ledger.Cancel, error) {
+	f, err := object(data)
+	if err != nil {
+		return ledger.Cancel{}, decodeError(account, "", "cancel", err)
+	}
+	c := ledger.Cancel{Account: account, Job: f.token("id", "job id", true)}
+	if err := checkAccount(f, account); err != nil {
+		return ledger.Cancel{}, &DecodeError{Account: account, Job: c.Job, Reason: ledger.ReasonAccountMismatch, Err: err}
+	}
+	if err := f.err(); err != nil {
+		return ledger.Cancel{}, decodeError(account, c.Job, "cancel", err)
+	}
+	if err := c.Validate(); err != nil {
+		return ledger.Cancel{}, decodeError(account, c.Job, "cancel", err)
+	}
+	return c, nil
+}
+
+// EncodeCancel returns the message that cancels c.Job of c.Account.
+func EncodeCancel(n subjects.Names, c ledger.Cancel) (Message, error) {
+	if err := errors.Join(subjects.CheckToken("account", c.Account), subjects.CheckToken("job id", c.Job)); err != nil {
+		return Message{}, err
+	}
+	return encode(n.Cancel(c.Account), CancelMsgID(c.Account, c.Job), struct {
+		V  int    `json:"v"`
+		ID string `json:"id"`
+	}{Version, c.Job})
+}
+
+// DecodeAdmin decodes the body of gpuq.cmd.admin.<account>.
+func DecodeAdmin(account string, data []byte) (ledger.Admin, error) {
+	f, err := object(data)
+	if err != nil {
+		return ledger.Admin{}, decodeError(account, "", "admin command", err)
+	}
+	a := ledger.Admin{Account: account, ID: f.token("id", "op id", true), Op: ledger.AdminOp(f.str("op", true))}
+	switch a.Op {
+	case ledger.OpCreate:
+		a.Balance = ledger.Credits(f.int64("balance", false))
+	case ledger.OpGrant:
+		a.Amount = ledger.Credits(f.int64("amount", true))
+	case ledger.OpLimits:
+		a.Limits = ledger.Limits{MaxRunningJobs: f.int("max_running_jobs", false), MaxRunningGPUs: f.int("max_running_gpus", false)}
+	case ledger.OpRefill:
+		a.RatePerHour, a.Cap = ledger.Credits(f.int64("rate_per_hour", true)), ledger.Credits(f.int64("cap", true))
+	case ledger.OpWeight:
+		a.Weight = f.int("weight", true)
+	}
+	if err := checkAccount(f, account); err != nil {
+		return ledger.Admin{}, &DecodeError{Account: account, Reason: ledger.ReasonAccountMismatch, Err: err}
+	}
+	if err := f.err(); err != nil {
+		return ledger.Admin{}, decodeError(account, "", "admin command", err)
+	}
+	if err := a.Validate(); err != nil {
+		return ledger.Admin{}, decodeError(account, "", "admin command", err)
+	}
+	return a, nil
+}
+
+type adminBody struct {
+	V              int             `json:"v"`
+	ID             string          `json:"id"`
+	Op             ledger.AdminOp  `json:"op"`
+	Balance        ledger.Credits  `json:"balance,omitempty"`
+	Amount         ledger.Credits  `json:"amount,omitempty"`
+	MaxRunningJobs *int            `json:"max_running_jobs,omitempty"`
+	MaxRunningGPUs *int            `json:"max_running_gpus,omitempty"`
+	RatePerHour    *ledger.Credits `json:"rate_per_hour,omitempty"`
+	Cap            *ledger.Credits `json:"cap,omitempty"`
+	Weight         int             `json:"weight,omitempty"`
+}
+
+// EncodeAdmin returns the message of admin command a.
+func EncodeAdmin(n subjects.Names, a ledger.Admin) (Message, error) {
+	if err := errors.Join(subjects.CheckToken("account", a.Account), subjects.CheckToken("op id", a.ID), a.Validate()); err != nil {
+		return Message{}, err
+	}
+	body := adminBody{V: Version, ID: a.ID, Op: a.Op, Balance: a.Balance, Amount: a.Amount, Weight: a.Weight}
+	switch a.Op {
+	case ledger.OpLimits:
+		body.MaxRunningJobs, body.MaxRunningGPUs = &a.Limits.MaxRunningJobs, &a.Limits.MaxRunningGPUs
+	case ledger.OpRefill:
+		body.RatePerHour, body.Cap = &a.RatePerHour, &a.Cap
+	}
+	return encode(n.Admin(a.Account), AdminMsgID(a.Account, a.ID), body)
+}
+
+// DecodeReport decodes the body of gpuq.cmd.report.<host>.
+func DecodeReport(host string, data []byte) (ledger.Report, error) {
+	f, err := object(data)
+	if err != nil {
+		return ledger.Report{}, decodeError("", "", "report from "+host, err)
+	}
+	r := ledger.Report{Host: host, Type: ledger.ReportType(f.str("type", true)), Job: f.token("job", "job id", true), Attempt: f.int("attempt", true)}
+	switch r.Type {
+	case ledger.ReportStarted:
+		r.Devices = f.strs("devices", true)
+	case ledger.ReportDone:
+		r.ExitCode = f.int("exit_code", true)
+		ms := f.int64("runtime_ms", false)
+		if ms < 0 || ms > int64(ledger.MaxWalltime/time.Millisecond)*2 {
+			f.bad("runtime_ms: %d is out of range", ms)
+		}
+		r.Runtime = time.Duration(ms) * time.Millisecond
+	case ledger.ReportRejected:
+		r.Reason = f.str("reason", true)
+	}
+	if named := f.str("host", false); named != "" && named != host {
+		f.bad("the body names host %q but was sent on the subject of host %q", named, host)
+	}
+	if err := f.err(); err != nil {
+		return ledger.Report{}, decodeError("", r.Job, "report from "+host, err)
+	}
+	if err := r.Validate(); err != nil {
+		return ledger.Report{}, decodeError("", r.Job, "report from "+host, err)
+	}
+	return r, nil
+}
+
+type reportBody struct {
+	V         int               `json:"v"`
+	Job       string            `json:"job"`
+	Attempt   int               `json:"attempt"`
+	Type      ledger.ReportType `json:"type"`
+	Devices   []string          `json:"devices,omitempty"`
+	ExitCode  *int              `json:"exit_code,omitempty"`
+	RuntimeMS *int64            `json:"runtime_ms,omitempty"`
+	Reason    string            `json:"reason,omitempty"`
+}
+
+// EncodeReport returns the message of worker report r.
+func EncodeReport(n subjects.Names, r ledger.Report) (Message, error) {
+	if err := errors.Join(subjects.CheckToken("host", r.Host), subjects.CheckToken("job id", r.Job), r.Validate()); err != nil {
+		return Message{}, err
+	}
+	body := reportBody{V: Version, Job: r.Job, Attempt: r.Attempt, Type: r.Type, Devices: r.Devices, Reason: r.Reason}
+	if r.Type == ledger.ReportDone {
+		ms := r.Runtime.Milliseconds()
+		body.ExitCode, body.RuntimeMS = &r.ExitCode, &ms
+	}
+	return encode(n.Report(r.Host), ReportMsgID(r.Job, r.Attempt, r.Type), body)
+}
+
+// DecodeDispatch decodes the body of gpuq.cmd.sched.dispatch.
+func DecodeDispatch(data []byte) (ledger.Dispatch, error) {
+	f, err := object(data)
+	if err != nil {
+		return ledger.Dispatch{}, decodeError("", "", "dispatch decision", err)
+	}
+	d := ledger.Dispatch{Job: f.token("job", "job id", true), Attempt: f.int("attempt", true), Host: f.token("host", "host", true)}
+	if err := f.err(); err != nil {
+		return ledger.Dispatch{}, decodeError("", d.Job, "dispatch decision", err)
+	}
+	if err := d.Validate(); err != nil {
+		return ledger.Dispatch{}, decodeError("", d.Job, "dispatch decision", err)
+	}
+	return d, nil
+}
+
+// EncodeDispatch returns the message logging dispatch decision d.
+func EncodeDispatch(n subjects.Names, d ledger.Dispatch) (Message, error) {
+	if err := errors.Join(subjects.CheckToken("job id", d.Job), subjects.CheckToken("host", d.Host), d.Validate()); err != nil {
+		return Message{}, err
+	}
+	return encode(n.Sched(subjects.SchedDispatch), DispatchMsgID(d.Job, d.Attempt), struct {
+		V       int    `json:"v"`
+		Job     string `json:"job"`
+		Attempt int    `json:"attempt"`
+		Host    string `json:"host"`
+	}{Version, d.Job, d.Attempt, d.Host})
+}
+
+// DecodeLost decodes the body of gpuq.cmd.sched.lost.
+func DecodeLost(data []byte) (ledger.Lost, error) {
+	f, err := object(data)
+	if err != nil {
+		return ledger.Lost{}, decodeError("", "", "lost decision", err)
+	}
+	l := ledger.Lost{Job: f.token("job", "job id", true), Attempt: f.int("attempt", true), Reason: f.str("reason", true)}
+	if err := f.err(); err != nil {
+		return ledger.Lost{}, decodeError("", l.Job, "lost decision", err)
+	}
+	if err := l.Validate(); err != nil {
+		return ledger.Lost{}, decodeError("", l.Job, "lost decision", err)
+	}
+	return l, nil
+}
+
+// EncodeLost returns the message logging lost decision l.
+func EncodeLost(n subjects.Names, l ledger.Lost) (Message, error) {
+	if err := errors.Join(subjects.CheckToken("job id", l.Job), l.Validate()); err != nil {
+		return Message{}, err
+	}
+	return encode(n.Sched(subjects.SchedLost), LostMsgID(l.Job, l.Attempt), struct {
+		V       int    `json:"v"`
+		Job     string `json:"job"`
+		Attempt int    `json:"attempt"`
+		Reason  string `json:"reason"`
+	}{Version, l.Job, l.Attempt, l.Reason})
+}
+
+func encode(subject, msgID string, body any) (Message, error) {
+	data, err := json.Marshal(body)
+	if err != nil {
+		return Message{}, fmt.Errorf("encode %s: %w", subject, err)
+	}
+	return Message{Subject: subject, MsgID: msgID, Data: data}, nil
+}
+
+// De-duplication ids. Every command on the command stream carries one that
+// names its kind, so ids of different kinds never collide inside the
+// stream's duplicate window. Within the window, a retried publish of the
+// same id is acknowledged as a duplicate and stored once.
+
+// SubmitMsgID is the id of a submission of job by account.
+func SubmitMsgID(account, job string) string { return "submit." + account + "." + job }
+
+// CancelMsgID is the id of a cancel of job by account.
+func CancelMsgID(account, job string) string { return "cancel." + account + "." + job }
+
+// AdminMsgID is the id of admin op opID on account.
+func AdminMsgID(account, opID string) string { return "admin." + account + "." + opID }
+
+// ReportMsgID is the id of a worker report of type typ on an attempt.
+func ReportMsgID(job string, attempt int, typ ledger.ReportType) string {
+	return fmt.Sprintf("report.%s.%d.%s", job, attempt, typ)
+}
+
+// DispatchMsgID is the id of the scheduler's decision to dispatch an attempt.
+func DispatchMsgID(job string, attempt int) string {
+	return fmt.Sprintf("dispatch.%s.%d", job, attempt)
+}
+
+// LostMsgID is the id of the scheduler's decision that an attempt is lost.
+func LostMsgID(job string, attempt int) string { return fmt.Sprintf("lost.%s.%d", job, attempt) }

@@ -1,0 +1,202 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpuq/gpuq/subjects"
+)
+
+// fields reads a JSON object field by field, collecting every problem so one
+// error can say everything that is wrong with a message. Unknown fields are
+// ignored; a field set to null counts as missing.
+type fields struct {
+	m    map[string]json.RawMessage
+	errs []error
+}
+
+// object parses data as a v1 JSON object.
+func object(data []byte) (*fields, error) {
+	if len(data) > MaxMessageBytes {
+		return nil, fmt.Errorf("message is %d bytes, more than %d", len(data), MaxMessageBytes)
+	}
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 {
+		return nil, errors.New("message is empty; want a JSON object")
+	}
+	if trimmed[0] != '{' {
+		return nil, fmt.Errorf("message is not a JSON object (it starts with %q)", preview(trimmed))
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(trimmed, &m); err != nil {
+		return nil, fmt.Errorf("message is not valid JSON: %v", err)
+	}
+	f := &fields{m: m}
+	raw, ok := f.raw("v")
+	if !ok {
+		return nil, fmt.Errorf(`missing required field "v", the message version; this scheduler speaks v%d`, Version)
+	}
+	if v, err := strconv.ParseInt(string(raw), 10, 64); err != nil || v != Version {
+		return nil, fmt.Errorf("unsupported version %s; this scheduler speaks v%d", preview(raw), Version)
+	}
+	return f, nil
+}
+
+func preview(b []byte) string {
+	const n = 24
+	if len(b) > n {
+		return string(b[:n]) + "…"
+	}
+	return string(b)
+}
+
+func (f *fields) raw(name string) (json.RawMessage, bool) {
+	r, ok := f.m[name]
+	if !ok || string(r) == "null" {
+		return nil, false
+	}
+	return r, true
+}
+
+func (f *fields) bad(format string, args ...any) {
+	f.errs = append(f.errs, fmt.Errorf(format, args...))
+}
+
+// err returns every problem found, joined with "; ", or nil.
+func (f *fields) err() error {
+	if len(f.errs) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(f.errs))
+	for i, e := range f.errs {
+		msgs[i] = e.Error()
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+func (f *fields) missing(name string, required bool) {
+	if required {
+		f.bad("missing required field %q", name)
+	}
+}
+
+func (f *fields) str(name string, required bool) string {
+	r, ok := f.raw(name)
+	if !ok {
+		f.missing(name, required)
+		return ""
+	}
+	var s string
+	if err := json.Unmarshal(r, &s); err != nil {
+		f.bad("%s: want a string, got %s", name, preview(r))
+	}
+	return s
+}
+
+// token reads a string field that must be a valid subject token.
+func (f *fields) token(name, what string, required bool) string {
+	if _, ok := f.raw(name); !ok {
+		f.missing(name, required)
+		return ""
+	}
+	n := len(f.errs)
+	s := f.str(name, true)
+	if len(f.errs) > n {
+		return ""
+	}
+	if err := subjects.CheckToken(what, s); err != nil {
+		f.bad("%s: %v", name, err)
+		return ""
+	}
+	return s
+}
+
+func (f *fields) int64(name string, required bool) int64 {
+	r, ok := f.raw(name)
+	if !ok {
+		f.missing(name, required)
+		return 0
+	}
+	s := string(r)
+	if s == "" || s[0] != '-' && (s[0] < '0' || s[0] > '9') {
+		f.bad("%s: want an integer, got %s", name, preview(r))
+		return 0
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	switch {
+	case errors.Is(err, strconv.ErrRange):
+		f.bad("%s: %s is out of range", name, preview(r))
+	case err != nil:
+		f.bad("%s: %s is not an integer", name, preview(r))
+	}
+	return n
+}
+
+// int reads an integer field that must fit in 32 bits, so that no platform
+// or JSON reader disagrees about it.
+func (f *fields) int(name string, required bool) int {
+	n := f.int64(name, required)
+	if n > 1<<31-1 || n < -(1<<31) {
+		f.bad("%s: %d is out of range", name, n)
+		return 0
+	}
+	return int(n)
+}
+
+func (f *fields) strs(name string, required bool) []string {
+	r, ok := f.raw(name)
+	if !ok {
+		f.missing(name, required)
+		return nil
+	}
+	var s []string
+	if err := json.Unmarshal(r, &s); err != nil {
+		f.bad("%s: want an array of strings, got %s", name, preview(r))
+		return nil
+	}
+	return s
+}
+
+func (f *fields) strMap(name string) map[string]string {
+	r, ok := f.raw(name)
+	if !ok {
+		return nil
+	}
+	var m map[string]string
+	if err := json.Unmarshal(r, &m); err != nil {
+		f.bad("%s: want an object of string values, got %s", name, preview(r))
+		return nil
+	}
+	if len(m) == 0 {
+		return nil // an empty object and a missing one mean the same
+	}
+	return m
+}
+
+// duration reads a Go duration string ("90m", "2h", "1h30m").
+func (f *fields) duration(name string, required bool) time.Duration {
+	if _, ok := f.raw(name); !ok {
+		f.missing(name, required)
+		return 0
+	}
+	n := len(f.errs)
+	s := f.str(name, true)
+	if len(f.errs) > n {
+		return 0
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		f.bad("%s: %q is not a duration; write it like \"90m\" or \"2h\"", name, s)
+		return 0
+	}
+	if d <= 0 {
+		f.bad("%s: %q is not positive", name, s)
+		return 0
+	}
+	return d
+}
