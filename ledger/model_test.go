@@ -79,7 +79,9 @@ type model struct {
 
 func newModel() *model { return &model{accts: map[string]*mAccount{}, jobs: map[string]*mJob{}} }
 
-func out(typ ledger.EventType, reason ledger.Reason) string { return string(typ) + "/" + string(reason) }
+func out(typ ledger.EventType, reason ledger.Reason) string {
+	return string(typ) + "/" + string(reason)
+}
 
 // refill adds rate·elapsed/hour to the balance, carrying the remainder,
 // never past the cap.

@@ -110,7 +110,9 @@ type orderBody struct {
 // EffectMsgID is the de-duplication id of the i-th effect of the command at
 // log sequence seq. Re-sending a command's effects after a restart gives the
 // same ids, so the server stores each once.
-func EffectMsgID(seq uint64, i int) string { return strconv.FormatUint(seq, 10) + "." + strconv.Itoa(i) }
+func EffectMsgID(seq uint64, i int) string {
+	return strconv.FormatUint(seq, 10) + "." + strconv.Itoa(i)
+}
 
 // OrderMsgID is the de-duplication id of a dispatch or cancel order.
 func OrderMsgID(job string, attempt int, typ string) string {
