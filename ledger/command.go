@@ -8,7 +8,7 @@ import (
 )
 
 // Command is one entry of the command log: a [Submit], [Cancel], [Admin],
-// [Dispatch], [Report], [Lost] or [Invalid].
+// [Dispatch], [Report], [Lost], [Unplaceable] or [Invalid].
 type Command interface {
 	// Kind names the command in logs and metrics ("submit", "report", …).
 	Kind() string
@@ -109,6 +109,14 @@ type Lost struct {
 	Reason  string
 }
 
+// Unplaceable is the scheduler's decision that no host can fit a pending
+// job: the job fails with [ReasonUnplaceable] and its reservation is
+// released. A job that is no longer pending is left alone.
+type Unplaceable struct {
+	Job     string
+	Message string
+}
+
 // Invalid stands for a log entry that could not be decoded or addressed. It
 // changes nothing; Apply turns it into an [InvalidEvent] so the sender learns
 // why. Account is the account the subject named, if it named a valid one.
@@ -118,21 +126,23 @@ type Invalid struct {
 	Message string
 }
 
-func (Submit) Kind() string   { return "submit" }
-func (Cancel) Kind() string   { return "cancel" }
-func (Admin) Kind() string    { return "admin" }
-func (Dispatch) Kind() string { return "dispatch" }
-func (Report) Kind() string   { return "report" }
-func (Lost) Kind() string     { return "lost" }
-func (Invalid) Kind() string  { return "invalid" }
+func (Submit) Kind() string      { return "submit" }
+func (Cancel) Kind() string      { return "cancel" }
+func (Admin) Kind() string       { return "admin" }
+func (Dispatch) Kind() string    { return "dispatch" }
+func (Report) Kind() string      { return "report" }
+func (Lost) Kind() string        { return "lost" }
+func (Unplaceable) Kind() string { return "unplaceable" }
+func (Invalid) Kind() string     { return "invalid" }
 
-func (Submit) isCommand()   {}
-func (Cancel) isCommand()   {}
-func (Admin) isCommand()    {}
-func (Dispatch) isCommand() {}
-func (Report) isCommand()   {}
-func (Lost) isCommand()     {}
-func (Invalid) isCommand()  {}
+func (Submit) isCommand()      {}
+func (Cancel) isCommand()      {}
+func (Admin) isCommand()       {}
+func (Dispatch) isCommand()    {}
+func (Report) isCommand()      {}
+func (Lost) isCommand()        {}
+func (Unplaceable) isCommand() {}
+func (Invalid) isCommand()     {}
 
 // WithDefaults returns s with zero Walltime and MaxAttempts replaced by
 // their defaults, and an empty Env map made nil.
@@ -394,6 +404,20 @@ func checkDevices(devs []string) error {
 		seen[d] = true
 	}
 	return nil
+}
+
+// Validate reports whether u names a job and says why it cannot be placed.
+func (u Unplaceable) Validate() error {
+	var errs []error
+	if u.Job == "" {
+		errs = append(errs, errors.New("job is empty"))
+	}
+	if u.Message == "" {
+		errs = append(errs, errors.New("an unplaceable decision needs a message"))
+	} else if len(u.Message) > MaxReasonBytes {
+		errs = append(errs, fmt.Errorf("message is %d bytes, more than %d", len(u.Message), MaxReasonBytes))
+	}
+	return joinProblems(errs)
 }
 
 // Validate reports whether l names a job, an attempt ≥ 1 and a reason.

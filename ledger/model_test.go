@@ -334,6 +334,16 @@ func (m *model) apply(cmd ledger.Command, at time.Time) string {
 		return m.report(c, at)
 	case ledger.Lost:
 		return m.lost(c, at)
+	case ledger.Unplaceable:
+		j := m.jobs[c.Job]
+		switch {
+		case j == nil:
+			return out("invalid", ledger.ReasonUnknownJob)
+		case j.state != ledger.StatePending:
+			return out(ledger.EventIgnored, ledger.ReasonNotPending)
+		}
+		m.finish(j, ledger.StateFailed, at)
+		return out(ledger.EventFailed, ledger.ReasonUnplaceable)
 	case ledger.Invalid:
 		return out("invalid", c.Reason)
 	}
@@ -573,6 +583,9 @@ func TestLedgerMatchesModel(t *testing.T) {
 					attempt = max(j.attempt-rapid.IntRange(0, 1).Draw(rt, "stale"), 1)
 				}
 				fresh(rt, ledger.Lost{Job: id, Attempt: attempt, Reason: "heartbeat expired"})
+			},
+			"unplaceable": func(rt *rapid.T) {
+				fresh(rt, ledger.Unplaceable{Job: existing(rt, ledger.StatePending), Message: "needs more GPUs than any host has"})
 			},
 			"invalid": func(rt *rapid.T) {
 				fresh(rt, ledger.Invalid{Account: rapid.SampledFrom(accountIDs).Draw(rt, "account"), Reason: ledger.ReasonInvalid, Message: "not JSON"})

@@ -128,6 +128,24 @@ func (t *tx) lost(l Lost) {
 	}
 }
 
+// unplaceable fails a pending job no host can fit, releasing its reservation.
+func (t *tx) unplaceable(u Unplaceable) {
+	if err := u.Validate(); err != nil {
+		t.emit(InvalidEvent{Job: u.Job, Reason: ReasonInvalid, Message: "unplaceable decision rejected: " + err.Error()})
+		return
+	}
+	j := t.s.Jobs[u.Job]
+	switch {
+	case j == nil:
+		t.emit(InvalidEvent{Job: u.Job, Reason: ReasonUnknownJob, Message: fmt.Sprintf("unplaceable decision for unknown job %s", u.Job)})
+	case j.State != StatePending:
+		t.jobEvent(j.Account, j, JobEvent{Type: EventIgnored, Reason: ReasonNotPending,
+			Message: fmt.Sprintf("unplaceable decision ignored: the job is %s", j.State)})
+	default:
+		t.finish(j, StateFailed, ReasonUnplaceable, u.Message)
+	}
+}
+
 // retry ends an attempt that failed through no fault of the job (lost, or
 // refused by the worker). The job is never charged for it: it goes back to
 // pending after a delay, or is released when cancelled or out of attempts.

@@ -65,6 +65,8 @@ func (s *State) Apply(cmd Command, seq uint64, at time.Time) Result {
 		t.report(c)
 	case Lost:
 		t.lost(c)
+	case Unplaceable:
+		t.unplaceable(c)
 	case Invalid:
 		t.emit(InvalidEvent{Account: c.Account, Reason: c.Reason, Message: c.Message})
 	default:
@@ -105,6 +107,8 @@ func (s *State) reflected(cmd Command, seq uint64) bool {
 	case Report:
 		return seen("", c.Job)
 	case Lost:
+		return seen("", c.Job)
+	case Unplaceable:
 		return seen("", c.Job)
 	}
 	return false

@@ -43,8 +43,9 @@ const (
 
 // Scheduler decision kinds: the last token of gpuq.cmd.sched.<kind>.
 const (
-	SchedDispatch = "dispatch"
-	SchedLost     = "lost"
+	SchedDispatch    = "dispatch"
+	SchedLost        = "lost"
+	SchedUnplaceable = "unplaceable"
 )
 
 // Ledger bucket keys that are not per account or per job.
@@ -214,7 +215,7 @@ func (n Names) Admin(account string) string { return n.join("account", account, 
 func (n Names) Report(host string) string { return n.join("host", host, "cmd", KindReport) }
 
 // Sched is where the scheduler logs a decision of kind ([SchedDispatch],
-// [SchedLost]): gpuq.cmd.sched.<kind>.
+// [SchedLost], [SchedUnplaceable]): gpuq.cmd.sched.<kind>.
 func (n Names) Sched(kind string) string { return n.join("decision kind", kind, "cmd", KindSched) }
 
 // Dispatch subjects (stream GPUQ_DISPATCH).
@@ -322,7 +323,7 @@ func (n Names) ParseCmd(subject string) (Cmd, error) {
 	case KindReport:
 		what = "host"
 	case KindSched:
-		if token != SchedDispatch && token != SchedLost {
+		if token != SchedDispatch && token != SchedLost && token != SchedUnplaceable {
 			return Cmd{Kind: kind}, fmt.Errorf("%q: unknown decision kind %q: %w", subject, token, ErrBadSubject)
 		}
 		return Cmd{Kind: kind, Token: token}, nil

@@ -92,6 +92,7 @@ func TestEverySubjectLandsInItsStream(t *testing.T) {
 			{"worker", n.Log("train-42"), n.LogsStream()},
 			{"scheduler", n.Sched(SchedDispatch), n.CmdStream()},
 			{"scheduler", n.Sched(SchedLost), n.CmdStream()},
+			{"scheduler", n.Sched(SchedUnplaceable), n.CmdStream()},
 			{"scheduler", n.Dispatch("gpu-host-1"), n.DispatchStream()},
 			{"scheduler", n.JobEvent("vision", "train-42"), n.EventsStream()},
 			{"scheduler", n.AccountEvent("vision"), n.EventsStream()},
@@ -142,12 +143,13 @@ func TestParseCmd(t *testing.T) {
 	t.Parallel()
 	n := Default
 	good := map[string]Cmd{
-		n.Submit("vision"):     {KindSubmit, "vision"},
-		n.Cancel("vision"):     {KindCancel, "vision"},
-		n.Admin("ops"):         {KindAdmin, "ops"},
-		n.Report("h1"):         {KindReport, "h1"},
-		n.Sched(SchedDispatch): {KindSched, SchedDispatch},
-		n.Sched(SchedLost):     {KindSched, SchedLost},
+		n.Submit("vision"):        {KindSubmit, "vision"},
+		n.Cancel("vision"):        {KindCancel, "vision"},
+		n.Admin("ops"):            {KindAdmin, "ops"},
+		n.Report("h1"):            {KindReport, "h1"},
+		n.Sched(SchedDispatch):    {KindSched, SchedDispatch},
+		n.Sched(SchedLost):        {KindSched, SchedLost},
+		n.Sched(SchedUnplaceable): {KindSched, SchedUnplaceable},
 	}
 	for subject, want := range good {
 		got, err := n.ParseCmd(subject)

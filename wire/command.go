@@ -64,8 +64,11 @@ func DecodeCommand(n subjects.Names, subject string, data []byte) (ledger.Comman
 	case subjects.KindReport:
 		return DecodeReport(cmd.Token, data)
 	case subjects.KindSched:
-		if cmd.Token == subjects.SchedDispatch {
+		switch cmd.Token {
+		case subjects.SchedDispatch:
 			return DecodeDispatch(data)
+		case subjects.SchedUnplaceable:
+			return DecodeUnplaceable(data)
 		}
 		return DecodeLost(data)
 	}
@@ -344,6 +347,34 @@ func EncodeLost(n subjects.Names, l ledger.Lost) (Message, error) {
 	}{Version, l.Job, l.Attempt, l.Reason})
 }
 
+// DecodeUnplaceable decodes the body of gpuq.cmd.sched.unplaceable.
+func DecodeUnplaceable(data []byte) (ledger.Unplaceable, error) {
+	f, err := object(data)
+	if err != nil {
+		return ledger.Unplaceable{}, decodeError("", "", "unplaceable decision", err)
+	}
+	u := ledger.Unplaceable{Job: f.token("job", "job id", true), Message: f.str("message", true)}
+	if err := f.err(); err != nil {
+		return ledger.Unplaceable{}, decodeError("", u.Job, "unplaceable decision", err)
+	}
+	if err := u.Validate(); err != nil {
+		return ledger.Unplaceable{}, decodeError("", u.Job, "unplaceable decision", err)
+	}
+	return u, nil
+}
+
+// EncodeUnplaceable returns the message logging unplaceable decision u.
+func EncodeUnplaceable(n subjects.Names, u ledger.Unplaceable) (Message, error) {
+	if err := errors.Join(subjects.CheckToken("job id", u.Job), u.Validate()); err != nil {
+		return Message{}, err
+	}
+	return encode(n.Sched(subjects.SchedUnplaceable), UnplaceableMsgID(u.Job), struct {
+		V       int    `json:"v"`
+		Job     string `json:"job"`
+		Message string `json:"message"`
+	}{Version, u.Job, u.Message})
+}
+
 func encode(subject, msgID string, body any) (Message, error) {
 	data, err := json.Marshal(body)
 	if err != nil {
@@ -375,6 +406,9 @@ func ReportMsgID(job string, attempt int, typ ledger.ReportType) string {
 func DispatchMsgID(job string, attempt int) string {
 	return fmt.Sprintf("dispatch.%s.%d", job, attempt)
 }
+
+// UnplaceableMsgID is the id of the scheduler's decision that no host fits job.
+func UnplaceableMsgID(job string) string { return "unplaceable." + job }
 
 // LostMsgID is the id of the scheduler's decision that an attempt is lost.
 func LostMsgID(job string, attempt int) string { return fmt.Sprintf("lost.%s.%d", job, attempt) }

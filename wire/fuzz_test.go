@@ -99,6 +99,27 @@ func FuzzDecodeLost(f *testing.F) {
 	})
 }
 
+func FuzzDecodeUnplaceable(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if u, err := wire.DecodeUnplaceable(data); err == nil {
+			roundTrip(t, u)
+		}
+	})
+}
+
+func FuzzDecodeHost(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if h, err := wire.DecodeHost(data); err == nil {
+			if h.Capacity() < 0 || h.Capacity() > len(h.Devices) {
+				t.Fatalf("capacity %d of %d devices", h.Capacity(), len(h.Devices))
+			}
+			if _, err := wire.EncodeHost(h); err != nil {
+				t.Fatalf("decoded %+v but cannot encode it: %v", h, err)
+			}
+		}
+	})
+}
+
 // FuzzDecodeCommand fuzzes the subject too: whatever arrives on the command
 // stream either decodes to a valid command or yields a DecodeError whose
 // invalid-command stand-in can be published.

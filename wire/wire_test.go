@@ -138,6 +138,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		ledger.Report{Type: ledger.ReportRejected, Host: "h", Job: "j", Attempt: 3, Reason: "GPU-x has 1 compute process"},
 		ledger.Dispatch{Job: "j", Attempt: 4, Host: "h"},
 		ledger.Lost{Job: "j", Attempt: 4, Reason: "h heartbeat expired"},
+		ledger.Unplaceable{Job: "j", Message: "needs 16 GPUs; the largest host has 8"},
 	}
 	for _, c := range cmds {
 		msg, err := encodeCommand(c)
@@ -171,6 +172,8 @@ func encodeCommand(c ledger.Command) (wire.Message, error) {
 		return wire.EncodeDispatch(n, c)
 	case ledger.Lost:
 		return wire.EncodeLost(n, c)
+	case ledger.Unplaceable:
+		return wire.EncodeUnplaceable(n, c)
 	}
 	return wire.Message{}, errors.New("no encoder")
 }
@@ -192,7 +195,7 @@ func TestMsgIDsDoNotCollideAcrossKinds(t *testing.T) {
 	t.Parallel()
 	ids := []string{
 		wire.SubmitMsgID("a", "x"), wire.CancelMsgID("a", "x"), wire.AdminMsgID("a", "x"),
-		wire.ReportMsgID("x", 1, ledger.ReportDone), wire.DispatchMsgID("x", 1), wire.LostMsgID("x", 1),
+		wire.ReportMsgID("x", 1, ledger.ReportDone), wire.DispatchMsgID("x", 1), wire.LostMsgID("x", 1), wire.UnplaceableMsgID("x"),
 		wire.SubmitMsgID("b", "x"),
 	}
 	seen := map[string]bool{}
