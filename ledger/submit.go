@@ -20,7 +20,9 @@ func (t *tx) submit(c Submit) {
 			t.emit(InvalidEvent{Account: c.Account, Job: c.ID, Reason: ReasonInvalid, Message: "submission rejected: " + err.Error()})
 			return
 		}
-		t.jobEvent(c.Account, t.s.Jobs[c.ID], JobEvent{Type: EventRejected, Job: c.ID, Reason: ReasonInvalid,
+		// The event carries the state of the job holding the id, if any, so
+		// a watcher of that job sees it is unaffected; else "rejected".
+		t.jobEvent(c.Account, t.s.Jobs[c.ID], JobEvent{Type: EventRejected, Job: c.ID, State: StateRejected, Reason: ReasonInvalid,
 			Message: fmt.Sprintf("submission of %s rejected: %v", c.ID, err)})
 		return
 	}

@@ -286,7 +286,7 @@ func EncodeReport(n subjects.Names, r ledger.Report) (Message, error) {
 		ms := r.Runtime.Milliseconds()
 		body.ExitCode, body.RuntimeMS = &r.ExitCode, &ms
 	}
-	return encode(n.Report(r.Host), ReportMsgID(r.Job, r.Attempt, r.Type), body)
+	return encode(n.Report(r.Host), ReportMsgID(r.Host, r.Job, r.Attempt, r.Type), body)
 }
 
 // DecodeDispatch decodes the body of gpuq.cmd.sched.dispatch.
@@ -397,9 +397,11 @@ func CancelMsgID(account, job string) string { return "cancel." + account + "." 
 // AdminMsgID is the id of admin op opID on account.
 func AdminMsgID(account, opID string) string { return "admin." + account + "." + opID }
 
-// ReportMsgID is the id of a worker report of type typ on an attempt.
-func ReportMsgID(job string, attempt int, typ ledger.ReportType) string {
-	return fmt.Sprintf("report.%s.%d.%s", job, attempt, typ)
+// ReportMsgID is the id of host's report of type typ on an attempt. It
+// names the host, so a report from the wrong host can never stand in for,
+// and de-duplicate away, the right host's report.
+func ReportMsgID(host, job string, attempt int, typ ledger.ReportType) string {
+	return fmt.Sprintf("report.%s.%s.%d.%s", host, job, attempt, typ)
 }
 
 // DispatchMsgID is the id of the scheduler's decision to dispatch an attempt.

@@ -195,7 +195,7 @@ func TestMsgIDsDoNotCollideAcrossKinds(t *testing.T) {
 	t.Parallel()
 	ids := []string{
 		wire.SubmitMsgID("a", "x"), wire.CancelMsgID("a", "x"), wire.AdminMsgID("a", "x"),
-		wire.ReportMsgID("x", 1, ledger.ReportDone), wire.DispatchMsgID("x", 1), wire.LostMsgID("x", 1), wire.UnplaceableMsgID("x"),
+		wire.ReportMsgID("x", "x", 1, ledger.ReportDone), wire.DispatchMsgID("x", 1), wire.LostMsgID("x", 1), wire.UnplaceableMsgID("x"),
 		wire.SubmitMsgID("b", "x"),
 	}
 	seen := map[string]bool{}

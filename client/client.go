@@ -1,0 +1,361 @@
+// Package client is the Go API a pipeline uses to talk to gpuq: submit a job
+// and learn whether it was accepted, cancel it, read a job or an account, and
+// watch a job's events until it ends.
+//
+// Every call publishes to, or reads from, JetStream over the *nats.Conn the
+// caller provides; the client holds no state of its own, so it is safe for
+// concurrent use. Programs in other languages use the wire contract
+// (docs/wire.md) directly.
+//
+//	c, _ := client.New(nc)
+//	ev, err := c.Submit(ctx, ledger.Submit{Account: "vision", ID: "train-42", GPUs: 2, Cost: 120,
+//		Command: []string{"python", "train.py"}})
+//	// ev.Type == ledger.EventAccepted, or err is a *client.RejectedError saying why.
+//	final, err := c.Wait(ctx, "vision", "train-42", ev.Seq)
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpuq/gpuq/ledger"
+	"github.com/gpuq/gpuq/subjects"
+	"github.com/gpuq/gpuq/wire"
+)
+
+// ErrNotFound is returned when a job or account does not exist.
+var ErrNotFound = errors.New("gpuq: not found")
+
+// ErrNoAnswer is returned when the scheduler did not answer a command in
+// time. The command is in the log and will be applied when a scheduler runs.
+var ErrNoAnswer = errors.New("gpuq: no answer from the scheduler")
+
+// RejectedError is a command the scheduler refused. Reason is
+// machine-readable (ledger.ReasonInsufficientCredits, …); Message says it
+// for people.
+type RejectedError struct {
+	Seq     uint64
+	Reason  ledger.Reason
+	Message string
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("rejected (%s): %s", e.Reason, e.Message)
+}
+
+// Client talks to one gpuq installation.
+type Client struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	n       subjects.Names
+	timeout time.Duration
+}
+
+// Option configures a [Client].
+type Option func(*Client) error
+
+// WithPrefix selects the installation by its subject prefix. Defaults to
+// "gpuq".
+func WithPrefix(prefix string) Option {
+	return func(c *Client) error {
+		n, err := subjects.New(prefix)
+		c.n = n
+		return err
+	}
+}
+
+// WithTimeout sets how long a call waits when its context has no deadline.
+// Defaults to 30s.
+func WithTimeout(d time.Duration) Option {
+	return func(c *Client) error {
+		if d <= 0 {
+			return fmt.Errorf("client: timeout %v must be positive", d)
+		}
+		c.timeout = d
+		return nil
+	}
+}
+
+// New returns a client over nc.
+func New(nc *nats.Conn, opts ...Option) (*Client, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{nc: nc, js: js, n: subjects.Default, timeout: 30 * time.Second}
+	for _, o := range opts {
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Names returns the installation's subject names.
+func (c *Client) Names() subjects.Names { return c.n }
+
+func (c *Client) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, c.timeout)
+}
+
+// Submit publishes s, with its id as the de-duplication id, and waits for
+// the scheduler's answer. It returns the accepted event (or, for a repeat of
+// an earlier identical submission, an ignored event with reason duplicate).
+// A refused submission returns its rejected event and a *RejectedError. A
+// submission that fails validation is not published at all.
+func (c *Client) Submit(ctx context.Context, s ledger.Submit) (wire.JobEvent, error) {
+	msg, err := wire.EncodeSubmit(c.n, s)
+	if err != nil {
+		return wire.JobEvent{}, fmt.Errorf("submit %s: %w", s.ID, err)
+	}
+	return c.jobCommand(ctx, msg, s.Account, s.ID)
+}
+
+// Cancel asks the scheduler to cancel job of account and waits for its
+// answer: cancelled (a pending job), cancel_requested (a running one, settled
+// when its worker reports), or ignored with the reason.
+func (c *Client) Cancel(ctx context.Context, account, job string) (wire.JobEvent, error) {
+	msg, err := wire.EncodeCancel(c.n, ledger.Cancel{Account: account, Job: job})
+	if err != nil {
+		return wire.JobEvent{}, fmt.Errorf("cancel %s: %w", job, err)
+	}
+	return c.jobCommand(ctx, msg, account, job)
+}
+
+func (c *Client) jobCommand(ctx context.Context, msg wire.Message, account, job string) (wire.JobEvent, error) {
+	ctx, cancel := c.ctx(ctx)
+	defer cancel()
+	seq, err := c.publish(ctx, msg)
+	if err != nil {
+		return wire.JobEvent{}, err
+	}
+	subject, data, err := c.answer(ctx, seq, c.n.JobEvent(account, job), c.n.InvalidEvent(account))
+	if err != nil {
+		return wire.JobEvent{}, err
+	}
+	if subject == c.n.InvalidEvent(account) {
+		ev, err := wire.DecodeInvalidEvent(data)
+		if err != nil {
+			return wire.JobEvent{}, err
+		}
+		return wire.JobEvent{}, &RejectedError{Seq: seq, Reason: ev.Reason, Message: ev.Message}
+	}
+	ev, err := wire.DecodeJobEvent(data)
+	if err != nil {
+		return wire.JobEvent{}, err
+	}
+	if ev.Type == ledger.EventRejected {
+		return ev, &RejectedError{Seq: seq, Reason: ev.Reason, Message: ev.Message}
+	}
+	return ev, nil
+}
+
+// Admin publishes an account administration command and waits for its
+// outcome. A refused command returns its event and a *RejectedError.
+func (c *Client) Admin(ctx context.Context, a ledger.Admin) (wire.AccountEvent, error) {
+	msg, err := wire.EncodeAdmin(c.n, a)
+	if err != nil {
+		return wire.AccountEvent{}, fmt.Errorf("%s %s: %w", a.Op, a.ID, err)
+	}
+	ctx, cancel := c.ctx(ctx)
+	defer cancel()
+	seq, err := c.publish(ctx, msg)
+	if err != nil {
+		return wire.AccountEvent{}, err
+	}
+	subject, data, err := c.answer(ctx, seq, c.n.AccountEvent(a.Account), c.n.InvalidEvent(a.Account))
+	if err != nil {
+		return wire.AccountEvent{}, err
+	}
+	if subject == c.n.InvalidEvent(a.Account) {
+		ev, err := wire.DecodeInvalidEvent(data)
+		if err != nil {
+			return wire.AccountEvent{}, err
+		}
+		return wire.AccountEvent{}, &RejectedError{Seq: seq, Reason: ev.Reason, Message: ev.Message}
+	}
+	ev, err := wire.DecodeAccountEvent(data)
+	if err != nil {
+		return wire.AccountEvent{}, err
+	}
+	if ev.Type == ledger.EventRejected {
+		return ev, &RejectedError{Seq: seq, Reason: ev.Reason, Message: ev.Message}
+	}
+	return ev, nil
+}
+
+// publish stores msg in the command stream and returns its sequence (the
+// original's, when the server recognised a duplicate).
+func (c *Client) publish(ctx context.Context, msg wire.Message) (uint64, error) {
+	m := nats.NewMsg(msg.Subject)
+	m.Data = msg.Data
+	m.Header.Set(subjects.MsgIDHeader, msg.MsgID)
+	ack, err := c.js.PublishMsg(ctx, m, jetstream.WithExpectStream(c.n.CmdStream()))
+	if err != nil {
+		return 0, fmt.Errorf("publish to %s: %w", msg.Subject, err)
+	}
+	return ack.Sequence, nil
+}
+
+// answer waits for the first event, on any of subjects, caused by the
+// command at seq.
+func (c *Client) answer(ctx context.Context, seq uint64, subjs ...string) (string, []byte, error) {
+	var subject string
+	var data []byte
+	err := c.read(ctx, subjs, func(m jetstream.Msg) (bool, error) {
+		if eventSeq(m.Data()) != seq {
+			return false, nil
+		}
+		subject, data = m.Subject(), m.Data()
+		return true, nil
+	})
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "", nil, fmt.Errorf("command %d: %w within the wait; it is in the log and will be applied when a scheduler runs", seq, ErrNoAnswer)
+	}
+	return subject, data, err
+}
+
+// read delivers the events stored on subjs, oldest first, then new ones as
+// they arrive, to fn until fn says stop, fn fails or ctx ends.
+func (c *Client) read(ctx context.Context, subjs []string, fn func(jetstream.Msg) (bool, error)) error {
+	cons, err := c.js.OrderedConsumer(ctx, c.n.EventsStream(), jetstream.OrderedConsumerConfig{FilterSubjects: subjs})
+	if err != nil {
+		return fmt.Errorf("read %v: %w", subjs, err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("read %v: %w", subjs, err)
+	}
+	defer it.Stop()
+	go func() {
+		<-ctx.Done()
+		it.Stop()
+	}()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("read %v: %w", subjs, err)
+		}
+		done, err := fn(m)
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+// eventSeq reads the "seq" field of an event body.
+func eventSeq(data []byte) uint64 {
+	var ev struct {
+		Seq uint64 `json:"seq"`
+	}
+	if err := json.Unmarshal(data, &ev); err != nil {
+		return 0
+	}
+	return ev.Seq
+}
+
+// Final reports whether ev ends its job's story: the job succeeded, failed,
+// was cancelled, or its submission was rejected. (A rejected resubmission of
+// a job that exists, such as a duplicate_conflict, does not end that job.)
+func Final(ev wire.JobEvent) bool {
+	switch ev.Type {
+	case ledger.EventSucceeded, ledger.EventFailed, ledger.EventCancelled:
+		return true
+	case ledger.EventRejected:
+		return ev.State == ledger.StateRejected
+	}
+	return false
+}
+
+// Watch calls fn with each event of job, oldest first, from the submission
+// at log sequence fromSeq on (0 for every event the stream keeps), until a
+// final event, an error from fn, or the end of ctx. It returns the final
+// event. Watch waits as long as ctx allows: give it a deadline.
+func (c *Client) Watch(ctx context.Context, account, job string, fromSeq uint64, fn func(wire.JobEvent) error) (wire.JobEvent, error) {
+	var last wire.JobEvent
+	err := c.read(ctx, []string{c.n.JobEvent(account, job)}, func(m jetstream.Msg) (bool, error) {
+		ev, err := wire.DecodeJobEvent(m.Data())
+		if err != nil {
+			return false, err
+		}
+		if ev.Seq < fromSeq {
+			return false, nil
+		}
+		last = ev
+		if fn != nil {
+			if err := fn(ev); err != nil {
+				return false, err
+			}
+		}
+		return Final(ev), nil
+	})
+	return last, err
+}
+
+// Wait waits until job ends and returns its final event. fromSeq is the
+// sequence of its accepted submission (wire.JobEvent.Seq of Submit's
+// answer); 0 reads it from the job's record.
+func (c *Client) Wait(ctx context.Context, account, job string, fromSeq uint64) (wire.JobEvent, error) {
+	if fromSeq == 0 {
+		j, err := c.Job(ctx, job)
+		if err != nil {
+			return wire.JobEvent{}, err
+		}
+		fromSeq = j.SubmitSeq
+	}
+	return c.Watch(ctx, account, job, fromSeq, nil)
+}
+
+// Job reads a job's record from the ledger view. The view trails the log by
+// at most one flush; events are the way to follow a job as it happens.
+func (c *Client) Job(ctx context.Context, id string) (*ledger.Job, error) {
+	if err := subjects.CheckToken("job id", id); err != nil {
+		return nil, err
+	}
+	data, err := c.get(ctx, subjects.JobKey(id))
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w", id, err)
+	}
+	return ledger.UnmarshalJob(data)
+}
+
+// Account reads an account's record from the ledger view.
+func (c *Client) Account(ctx context.Context, id string) (*ledger.Account, error) {
+	if err := subjects.CheckToken("account", id); err != nil {
+		return nil, err
+	}
+	data, err := c.get(ctx, subjects.AccountKey(id))
+	if err != nil {
+		return nil, fmt.Errorf("account %s: %w", id, err)
+	}
+	return ledger.UnmarshalAccount(data)
+}
+
+func (c *Client) get(ctx context.Context, key string) ([]byte, error) {
+	ctx, cancel := c.ctx(ctx)
+	defer cancel()
+	kv, err := c.js.KeyValue(ctx, c.n.LedgerBucket())
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", c.n.LedgerBucket(), err)
+	}
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	return e.Value(), nil
+}

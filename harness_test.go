@@ -1,0 +1,465 @@
+package gpuq_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpuq/gpuq/client"
+	"github.com/gpuq/gpuq/internal/natsbus"
+	"github.com/gpuq/gpuq/internal/natsstore"
+	"github.com/gpuq/gpuq/internal/natstest"
+	"github.com/gpuq/gpuq/ledger"
+	"github.com/gpuq/gpuq/scheduler"
+	"github.com/gpuq/gpuq/subjects"
+	"github.com/gpuq/gpuq/wire"
+)
+
+// cluster is one embedded nats-server with gpuq's streams and buckets, and
+// the helpers a test needs to play pipeline, admin and worker against the
+// real scheduler.
+type cluster struct {
+	t      testing.TB
+	srv    *natstest.Server
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	n      subjects.Names
+	c      *client.Client
+	ledger jetstream.KeyValue
+	hosts  jetstream.KeyValue
+}
+
+func newCluster(t testing.TB) *cluster {
+	t.Helper()
+	srv := natstest.Start(t)
+	nc, js := srv.JetStream(t)
+	ctx := context.Background()
+	n := subjects.Default
+	if err := natsbus.Setup(ctx, js, n, natsbus.SetupConfig{}); err != nil {
+		t.Fatalf("setup: %v", err)
+	}
+	lkv, err := js.KeyValue(ctx, n.LedgerBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hkv, err := js.KeyValue(ctx, n.HostsBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(nc, client.WithTimeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cluster{t: t, srv: srv, nc: nc, js: js, n: n, c: c, ledger: lkv, hosts: hkv}
+}
+
+// sched is a running scheduler service.
+type sched struct {
+	name    string
+	cancel  context.CancelFunc
+	done    chan error
+	leading atomic.Int32
+}
+
+type schedOpts struct {
+	hooks scheduler.Hooks
+	core  scheduler.CoreConfig
+}
+
+// startScheduler runs a scheduler service with test timings until stopped or
+// the test ends.
+func (c *cluster) startScheduler(name string, o schedOpts) *sched {
+	c.t.Helper()
+	nc, js := c.srv.JetStream(c.t)
+	_ = nc
+	ctx := context.Background()
+	lkv, err := js.KeyValue(ctx, c.n.LedgerBucket())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	hkv, err := js.KeyValue(ctx, c.n.HostsBucket())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	lease, err := natsstore.NewLease(js, lkv, name, time.Second)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	s := &sched{name: name, done: make(chan error, 1)}
+	hooks := o.hooks
+	prev := hooks.Leading
+	hooks.Leading = func() {
+		s.leading.Add(1)
+		if prev != nil {
+			prev()
+		}
+	}
+	if o.core.UnplaceableAfter == 0 {
+		o.core.UnplaceableAfter = -1
+	}
+	log := slog.New(slog.NewTextHandler(tOutput{c.t, name}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	svc, err := scheduler.New(scheduler.Config{
+		Store: natsstore.New(js, lkv), Lease: lease, Log: natsbus.NewLog(js, c.n),
+		Publisher: natsbus.NewPublisher(js), Hosts: natsbus.NewHosts(hkv, log),
+		Names: c.n, Core: o.core, Logger: log, DecideInterval: 20 * time.Millisecond,
+		StepDownWait: 50 * time.Millisecond, Hooks: hooks,
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, s.cancel = context.WithCancel(ctx)
+	go func() { s.done <- svc.Run(ctx) }()
+	c.t.Cleanup(func() { s.stop(c.t) })
+	return s
+}
+
+// stop cancels the scheduler and waits for Run to return.
+func (s *sched) stop(t testing.TB) error {
+	s.cancel()
+	select {
+	case err, ok := <-s.done:
+		if ok {
+			close(s.done)
+			return err
+		}
+		return nil
+	case <-time.After(10 * time.Second):
+		t.Fatalf("scheduler %s did not stop", s.name)
+	}
+	return nil
+}
+
+// tOutput sends a scheduler's logs to the test's output, tagged with its name.
+type tOutput struct {
+	t    testing.TB
+	name string
+}
+
+func (o tOutput) Write(p []byte) (int, error) {
+	o.t.Logf("[%s] %s", o.name, strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func (c *cluster) ctx() context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	c.t.Cleanup(cancel)
+	return ctx
+}
+
+// createAccount creates an account through an admin command.
+func (c *cluster) createAccount(id string, balance ledger.Credits) {
+	c.t.Helper()
+	ev, err := c.c.Admin(c.ctx(), ledger.Admin{Account: id, ID: "create-" + id, Op: ledger.OpCreate, Balance: balance})
+	if err != nil || ev.Type != ledger.EventCreated {
+		c.t.Fatalf("create account %s: %+v, %v", id, ev, err)
+	}
+}
+
+// registerHost writes a heartbeat for host with gpus healthy simulated GPUs,
+// as a worker does.
+func (c *cluster) registerHost(host string, gpus int) {
+	c.t.Helper()
+	h := wire.Host{Host: host, Simulated: true, Time: time.Now()}
+	for i := range gpus {
+		h.Devices = append(h.Devices, wire.Device{UUID: fmt.Sprintf("GPU-%s-%d", host, i), Model: "simulated", Healthy: true})
+	}
+	data, err := wire.EncodeHost(h)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if _, err := c.hosts.Put(c.ctx(), host, data); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// worker reads the orders of one host, as its worker's durable consumer does.
+type worker struct {
+	c    *cluster
+	host string
+	cons jetstream.Consumer
+}
+
+func (c *cluster) worker(host string) *worker {
+	c.t.Helper()
+	cons, err := c.js.CreateOrUpdateConsumer(c.ctx(), c.n.DispatchStream(), jetstream.ConsumerConfig{
+		Durable: "worker-" + host, FilterSubject: c.n.Dispatch(host), AckPolicy: jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy, AckWait: 30 * time.Second, MaxDeliver: -1, MaxAckPending: 100,
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return &worker{c: c, host: host, cons: cons}
+}
+
+// next waits for the host's next order and acks it.
+func (w *worker) next() ledger.Effect {
+	w.c.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		batch, err := w.cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			w.c.t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			o, _, err := wire.DecodeOrder(w.host, m.Data())
+			if err != nil {
+				w.c.t.Fatalf("order for %s: %v", w.host, err)
+			}
+			if err := m.Ack(); err != nil {
+				w.c.t.Fatal(err)
+			}
+			return o
+		}
+	}
+	w.c.t.Fatalf("no order for %s within 15s", w.host)
+	return nil
+}
+
+// none checks that no order arrives for the host within d.
+func (w *worker) none(d time.Duration) {
+	w.c.t.Helper()
+	batch, err := w.cons.Fetch(1, jetstream.FetchMaxWait(d))
+	if err != nil {
+		w.c.t.Fatal(err)
+	}
+	for m := range batch.Messages() {
+		w.c.t.Fatalf("unexpected order for %s: %s", w.host, m.Data())
+	}
+}
+
+// nextDispatch waits for the next order and fails unless it dispatches job.
+func (w *worker) nextDispatch(job string) ledger.DispatchOrder {
+	w.c.t.Helper()
+	o := w.next()
+	d, ok := o.(ledger.DispatchOrder)
+	if !ok || d.Job != job {
+		w.c.t.Fatalf("%s got order %+v, want a dispatch of %s", w.host, o, job)
+	}
+	return d
+}
+
+// report publishes a worker report, as the worker does.
+func (c *cluster) report(r ledger.Report) {
+	c.t.Helper()
+	msg, err := wire.EncodeReport(c.n, r)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.publishRaw(msg.Subject, msg.MsgID, msg.Data)
+}
+
+// start reports a dispatch started on devices named after the host.
+func (w *worker) start(d ledger.DispatchOrder) {
+	devs := make([]string, d.GPUs)
+	for i := range devs {
+		devs[i] = fmt.Sprintf("GPU-%s-%d", w.host, i)
+	}
+	w.c.report(ledger.Report{Type: ledger.ReportStarted, Host: w.host, Job: d.Job, Attempt: d.Attempt, Devices: devs})
+}
+
+// finish reports a dispatch done with exit code.
+func (w *worker) finish(d ledger.DispatchOrder, code int) {
+	w.c.report(ledger.Report{Type: ledger.ReportDone, Host: w.host, Job: d.Job, Attempt: d.Attempt, ExitCode: code, Runtime: time.Second})
+}
+
+// publishRaw publishes bytes on a subject, with msgID unless it is empty.
+func (c *cluster) publishRaw(subject, msgID string, data []byte) *jetstream.PubAck {
+	c.t.Helper()
+	m := nats.NewMsg(subject)
+	m.Data = data
+	if msgID != "" {
+		m.Header.Set(subjects.MsgIDHeader, msgID)
+	}
+	ack, err := c.js.PublishMsg(c.ctx(), m)
+	if err != nil {
+		c.t.Fatalf("publish %s: %v", subject, err)
+	}
+	return ack
+}
+
+// submit submits a job through the client and fails unless it is accepted.
+func (c *cluster) submit(account, id string, gpus int, cost ledger.Credits, priority int) wire.JobEvent {
+	c.t.Helper()
+	ev, err := c.c.Submit(c.ctx(), ledger.Submit{Account: account, ID: id, GPUs: gpus, Cost: cost, Priority: priority,
+		Command: []string{"sh", "-c", "exit 0"}})
+	if err != nil || ev.Type != ledger.EventAccepted {
+		c.t.Fatalf("submit %s: %+v, %v", id, ev, err)
+	}
+	return ev
+}
+
+// waitFinal waits for the job's final event.
+func (c *cluster) waitFinal(account, job string, fromSeq uint64) wire.JobEvent {
+	c.t.Helper()
+	ev, err := c.c.Watch(c.ctx(), account, job, fromSeq, nil)
+	if err != nil {
+		c.t.Fatalf("wait for %s: %v", job, err)
+	}
+	return ev
+}
+
+// waitEvent waits for an event of job with type typ at or after fromSeq.
+func (c *cluster) waitEvent(account, job string, fromSeq uint64, typ ledger.EventType) wire.JobEvent {
+	c.t.Helper()
+	errFound := errors.New("found")
+	var got wire.JobEvent
+	_, err := c.c.Watch(c.ctx(), account, job, fromSeq, func(ev wire.JobEvent) error {
+		if ev.Type == typ {
+			got = ev
+			return errFound
+		}
+		return nil
+	})
+	if !errors.Is(err, errFound) {
+		c.t.Fatalf("wait for %s event of %s: %v", typ, job, err)
+	}
+	return got
+}
+
+// events returns every event and journal entry stored on subjects matching
+// filter, de-duplicated by message id as a reader must.
+func (c *cluster) events(filter string) []jetstream.Msg {
+	c.t.Helper()
+	ctx := c.ctx()
+	cons, err := c.js.OrderedConsumer(ctx, c.n.EventsStream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var out []jetstream.Msg
+	seen := map[string]bool{}
+	for remaining := info.NumPending; remaining > 0; {
+		batch, err := cons.Fetch(int(min(remaining, 500)), jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			if id := m.Headers().Get(subjects.MsgIDHeader); !seen[id] {
+				seen[id] = true
+				out = append(out, m)
+			}
+		}
+		if n == 0 {
+			c.t.Fatalf("events %s: %d more expected, none came", filter, remaining)
+		}
+		remaining -= uint64(n)
+	}
+	return out
+}
+
+// jobEventTypes lists the types of a job's events in order.
+func (c *cluster) jobEventTypes(account, job string) []string {
+	c.t.Helper()
+	var types []string
+	for _, m := range c.events(c.n.JobEvent(account, job)) {
+		ev, err := wire.DecodeJobEvent(m.Data())
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		types = append(types, string(ev.Type))
+	}
+	return types
+}
+
+// audit loads the stored ledger, checks its invariants, recomputes every
+// balance from the journal and compares. It fails the test on any
+// difference, and returns the state.
+func (c *cluster) audit() *ledger.State {
+	c.t.Helper()
+	view, err := natsstore.New(c.js, c.ledger).Load(c.ctx())
+	if err != nil {
+		c.t.Fatalf("load the ledger: %v", err)
+	}
+	books := ledger.NewBooks()
+	for _, m := range c.events(c.n.JournalAll()) {
+		e, err := wire.DecodeEntry(m.Data())
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if err := books.Post(e.Ledger()); err != nil {
+			c.t.Errorf("journal: %v", err)
+		}
+	}
+	if err := books.Compare(view.State); err != nil {
+		c.t.Errorf("audit: %v", err)
+	}
+	return view.State
+}
+
+// waitSettled waits until the stored ledger shows every job of the test in a
+// final state, and returns it.
+func (c *cluster) waitSettled(jobs ...string) *ledger.State {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		view, err := natsstore.New(c.js, c.ledger).Load(c.ctx())
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		done := true
+		for _, id := range jobs {
+			if j := view.State.Jobs[id]; j == nil || !j.State.Terminal() {
+				done = false
+			}
+		}
+		if done {
+			return view.State
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("jobs %v not settled in the stored ledger within 20s", jobs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitCheckpoint returns a hook that records checkpoints and a function
+// that waits until one reaches seq.
+func waitCheckpoint() (func(uint64), func(t testing.TB, seq uint64)) {
+	var mu sync.Mutex
+	var last uint64
+	cond := sync.NewCond(&mu)
+	hook := func(seq uint64) {
+		mu.Lock()
+		last = max(last, seq)
+		mu.Unlock()
+		cond.Broadcast()
+	}
+	wait := func(t testing.TB, seq uint64) {
+		t.Helper()
+		timer := time.AfterFunc(30*time.Second, func() { cond.Broadcast() })
+		defer timer.Stop()
+		deadline := time.Now().Add(30 * time.Second)
+		mu.Lock()
+		defer mu.Unlock()
+		for last < seq {
+			if time.Now().After(deadline) {
+				t.Fatalf("checkpoint stayed at %d, want %d", last, seq)
+			}
+			cond.Wait()
+		}
+	}
+	return hook, wait
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}

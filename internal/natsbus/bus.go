@@ -1,0 +1,251 @@
+package natsbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpuq/gpuq/scheduler"
+	"github.com/gpuq/gpuq/subjects"
+	"github.com/gpuq/gpuq/wire"
+)
+
+// Log is the command stream, read in order by an ordered consumer.
+type Log struct {
+	js     jetstream.JetStream
+	stream string
+}
+
+// NewLog returns the command log of installation n.
+func NewLog(js jetstream.JetStream, n subjects.Names) *Log {
+	return &Log{js: js, stream: n.CmdStream()}
+}
+
+type follower struct {
+	c    chan scheduler.Entry
+	done chan struct{}
+	cc   jetstream.ConsumeContext
+	once sync.Once
+	mu   sync.Mutex
+	err  error
+}
+
+// Follow starts an ordered consumer at entry after+1 and delivers entries
+// on the follower's channel. The consumer is ephemeral: it keeps no state on
+// the server, and the checkpoint says where the next one starts.
+func (l *Log) Follow(ctx context.Context, after uint64) (scheduler.Follower, error) {
+	cons, err := l.js.OrderedConsumer(ctx, l.stream, jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: after + 1,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ordered consumer on %s from %d: %w", l.stream, after+1, err)
+	}
+	f := &follower{c: make(chan scheduler.Entry, 4096), done: make(chan struct{})}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		md, err := m.Metadata()
+		if err != nil {
+			f.fail(fmt.Errorf("metadata of a %s message: %w", l.stream, err))
+			return
+		}
+		e := scheduler.Entry{Seq: md.Sequence.Stream, Time: md.Timestamp, Subject: m.Subject(), Data: m.Data(), Pending: md.NumPending}
+		select {
+		case f.c <- e:
+		case <-f.done:
+		}
+	}, jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return nil, fmt.Errorf("consume %s: %w", l.stream, err)
+	}
+	f.cc = cc
+	go func() {
+		select {
+		case <-cc.Closed():
+			f.fail(errors.New("the ordered consumer closed"))
+		case <-ctx.Done():
+			f.Stop()
+		case <-f.done:
+		}
+	}()
+	return f, nil
+}
+
+func (f *follower) C() <-chan scheduler.Entry { return f.c }
+
+func (f *follower) Err() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
+}
+
+func (f *follower) fail(err error) {
+	f.mu.Lock()
+	if f.err == nil {
+		f.err = err
+	}
+	f.mu.Unlock()
+	f.Stop()
+}
+
+// Stop ends the consumer. Entries already queued stay readable; the channel
+// is not closed, so a reader must stop on its own context too.
+func (f *follower) Stop() {
+	f.once.Do(func() {
+		close(f.done)
+		if f.cc != nil {
+			f.cc.Stop()
+		}
+	})
+}
+
+// Trim purges the log's entries up to and including upTo.
+func (l *Log) Trim(ctx context.Context, upTo uint64) error {
+	s, err := l.js.Stream(ctx, l.stream)
+	if err != nil {
+		return err
+	}
+	return s.Purge(ctx, jetstream.WithPurgeSequence(upTo+1))
+}
+
+// Publisher publishes messages with their de-duplication ids and waits for
+// every acknowledgement, retrying failures with exponential backoff until
+// MaxElapsed has passed.
+type Publisher struct {
+	js jetstream.JetStream
+	// MaxElapsed bounds the retries of one message. Defaults to 30s.
+	MaxElapsed time.Duration
+}
+
+// NewPublisher returns a publisher over js.
+func NewPublisher(js jetstream.JetStream) *Publisher {
+	return &Publisher{js: js, MaxElapsed: 30 * time.Second}
+}
+
+// chunk bounds the asynchronous publishes in flight at once, below the
+// client's default limit of 4000.
+const chunk = 1024
+
+// Publish publishes msgs in order and returns once the server has stored
+// each (a duplicate inside the window counts as stored).
+func (p *Publisher) Publish(ctx context.Context, msgs []wire.Message) error {
+	for len(msgs) > 0 {
+		n := min(len(msgs), chunk)
+		if err := p.publishChunk(ctx, msgs[:n]); err != nil {
+			return err
+		}
+		msgs = msgs[n:]
+	}
+	return nil
+}
+
+func (p *Publisher) publishChunk(ctx context.Context, msgs []wire.Message) error {
+	futs := make([]jetstream.PubAckFuture, len(msgs))
+	for i, m := range msgs {
+		f, err := p.js.PublishMsgAsync(natsMsg(m))
+		if err == nil {
+			futs[i] = f
+		}
+	}
+	for i, f := range futs {
+		if f != nil {
+			select {
+			case <-f.Ok():
+				continue
+			case <-f.Err():
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if err := p.retry(ctx, msgs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// retry publishes one message synchronously until it is stored.
+func (p *Publisher) retry(ctx context.Context, m wire.Message) error {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxElapsedTime = 20*time.Millisecond, p.MaxElapsed
+	return backoff.Retry(func() error {
+		_, err := p.js.PublishMsg(ctx, natsMsg(m))
+		if err != nil && ctx.Err() != nil {
+			return backoff.Permanent(ctx.Err())
+		}
+		if err != nil {
+			return fmt.Errorf("publish %s (id %s): %w", m.Subject, m.MsgID, err)
+		}
+		return nil
+	}, backoff.WithContext(b, ctx))
+}
+
+func natsMsg(m wire.Message) *nats.Msg {
+	nm := nats.NewMsg(m.Subject)
+	nm.Data = m.Data
+	if m.MsgID != "" {
+		nm.Header.Set(subjects.MsgIDHeader, m.MsgID)
+	}
+	return nm
+}
+
+// Hosts watches the hosts bucket.
+type Hosts struct {
+	kv  jetstream.KeyValue
+	log *slog.Logger
+}
+
+// NewHosts returns a watcher of the hosts bucket kv; log receives notes on
+// heartbeats that do not decode.
+func NewHosts(kv jetstream.KeyValue, log *slog.Logger) *Hosts { return &Hosts{kv: kv, log: log} }
+
+// Watch reports every current heartbeat, then every change, until ctx ends;
+// then the channel closes. A heartbeat that does not decode is logged and
+// treated as the host being gone.
+func (h *Hosts) Watch(ctx context.Context) (<-chan scheduler.HostUpdate, error) {
+	w, err := h.kv.WatchAll(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("watch %s: %w", h.kv.Bucket(), err)
+	}
+	out := make(chan scheduler.HostUpdate, 64)
+	go func() {
+		defer close(out)
+		defer func() { _ = w.Stop() }() // ending the watch; nothing to report
+		for {
+			var u scheduler.HostUpdate
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil {
+					continue // end of the initial values
+				}
+				u.Name = e.Key()
+				if e.Operation() == jetstream.KeyValuePut {
+					host, err := wire.DecodeHost(e.Value())
+					if err != nil {
+						h.log.Warn("bad heartbeat", slog.String("worker", e.Key()), slog.Any("err", err))
+					} else if host.Host != e.Key() {
+						h.log.Warn("heartbeat under another host's key", slog.String("worker", e.Key()), slog.String("names", host.Host))
+					} else {
+						u.Host = &host
+					}
+				}
+			}
+			select {
+			case out <- u:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}

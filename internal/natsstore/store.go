@@ -1,0 +1,323 @@
+// Package natsstore keeps the scheduler's ledger view in a JetStream KV
+// bucket with compare-and-swap writes, and holds the leader lease in the same
+// bucket. It implements scheduler.Store and scheduler.Lease.
+package natsstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpuq/gpuq/ledger"
+	"github.com/gpuq/gpuq/scheduler"
+	"github.com/gpuq/gpuq/subjects"
+)
+
+// Store is the ledger view in bucket gpuq_ledger. It remembers the revision
+// and sequence of every key it loaded or wrote; every write is conditioned on
+// the remembered revision. A Store serves one leadership term: Load again
+// after a new lease.
+type Store struct {
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue
+	prefix string // "$KV.<bucket>."
+	revs   map[string]uint64
+	seqs   map[string]uint64
+}
+
+// New returns a store over kv, the ledger bucket, published to through js.
+func New(js jetstream.JetStream, kv jetstream.KeyValue) *Store {
+	return &Store{js: js, kv: kv, prefix: "$KV." + kv.Bucket() + ".", revs: map[string]uint64{}, seqs: map[string]uint64{}}
+}
+
+type checkpoint struct {
+	V   int    `json:"v"`
+	Seq uint64 `json:"seq"`
+}
+
+// Load reads every record and returns the view as of the checkpoint. A
+// record stored after the checkpoint (a flush cut short by a crash) is
+// replaced by its last version at or before the checkpoint, read from the
+// key's history; a record created after the checkpoint is left out. Load
+// fails if a key's history no longer reaches back to the checkpoint.
+func (s *Store) Load(ctx context.Context) (*scheduler.View, error) {
+	s.revs, s.seqs = map[string]uint64{}, map[string]uint64{}
+	w, err := s.kv.WatchAll(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("watch %s: %w", s.kv.Bucket(), err)
+	}
+	defer func() { _ = w.Stop() }() // the watch only served the initial values
+	latest := map[string]jetstream.KeyValueEntry{}
+	for e := range w.Updates() {
+		if e == nil {
+			break // every current value has been delivered
+		}
+		s.revs[e.Key()] = e.Revision()
+		if e.Operation() == jetstream.KeyValuePut {
+			latest[e.Key()] = e
+		} else {
+			delete(latest, e.Key())
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	view := &scheduler.View{State: ledger.New()}
+	if e, ok := latest[subjects.CheckpointKey]; ok {
+		var cp checkpoint
+		if err := json.Unmarshal(e.Value(), &cp); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", subjects.CheckpointKey, err)
+		}
+		view.Checkpoint = cp.Seq
+	}
+	view.State.Seq = view.Checkpoint
+	for key, e := range latest {
+		kind, _, err := subjects.ParseKey(key)
+		if err != nil || kind == "sched" {
+			continue
+		}
+		seq, err := s.add(view.State, kind, e.Value())
+		if err != nil {
+			return nil, fmt.Errorf("load %s revision %d: %w", key, e.Revision(), err)
+		}
+		s.seqs[key] = seq
+		view.Ahead = max(view.Ahead, seq)
+		if seq > view.Checkpoint {
+			if err := s.rewind(ctx, view.State, kind, key, view.Checkpoint); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := view.State.CheckInvariants(); err != nil {
+		return nil, fmt.Errorf("the stored ledger breaks its invariants: %w", err)
+	}
+	return view, nil
+}
+
+// add decodes a stored record into st and returns its sequence.
+func (s *Store) add(st *ledger.State, kind string, data []byte) (uint64, error) {
+	switch kind {
+	case "account":
+		a, err := ledger.UnmarshalAccount(data)
+		if err != nil {
+			return 0, err
+		}
+		st.Accounts[a.ID] = a
+		return a.Seq, nil
+	case "job":
+		j, err := ledger.UnmarshalJob(data)
+		if err != nil {
+			return 0, err
+		}
+		st.Jobs[j.ID] = j
+		return j.Seq, nil
+	}
+	return 0, fmt.Errorf("unknown record kind %q", kind)
+}
+
+// rewind replaces key in st by its newest version at or before checkpoint cp.
+func (s *Store) rewind(ctx context.Context, st *ledger.State, kind, key string, cp uint64) error {
+	_, id, _ := subjects.ParseKey(key)
+	if kind == "account" {
+		delete(st.Accounts, id)
+	} else {
+		delete(st.Jobs, id)
+	}
+	hist, err := s.kv.History(ctx, key)
+	if err != nil {
+		return fmt.Errorf("history of %s: %w", key, err)
+	}
+	for i := len(hist) - 1; i >= 0; i-- {
+		e := hist[i]
+		if e.Operation() != jetstream.KeyValuePut {
+			break
+		}
+		probe := ledger.New()
+		seq, err := s.add(probe, kind, e.Value())
+		if err != nil {
+			return fmt.Errorf("history of %s revision %d: %w", key, e.Revision(), err)
+		}
+		if seq <= cp {
+			_, err := s.add(st, kind, e.Value())
+			return err
+		}
+	}
+	if st, err := s.kv.Status(ctx); err == nil && len(hist) >= int(st.History()) {
+		return fmt.Errorf("%s: every one of its %d stored versions is newer than checkpoint %d, so its state at the checkpoint is lost; raise the bucket's history", key, len(hist), cp)
+	}
+	return nil // created after the checkpoint: it did not exist then
+}
+
+// Write stores each record with a compare-and-swap on the key's revision,
+// pipelining the writes and waiting for every acknowledgement. A record whose
+// stored version already carries its sequence or a later one is skipped: the
+// stored value is that same state or newer.
+func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
+	type pending struct {
+		rec scheduler.Record
+		fut jetstream.PubAckFuture
+	}
+	var waits []pending
+	for _, r := range recs {
+		if s.seqs[r.Key] >= r.Seq && s.seqs[r.Key] > 0 {
+			continue
+		}
+		m := nats.NewMsg(s.prefix + r.Key)
+		m.Data = r.Value
+		f, err := s.js.PublishMsgAsync(m, jetstream.WithExpectLastSequencePerSubject(s.revs[r.Key]))
+		if err != nil {
+			return fmt.Errorf("write %s: %w", r.Key, err)
+		}
+		waits = append(waits, pending{r, f})
+	}
+	var errs []error
+	for _, w := range waits {
+		select {
+		case ack := <-w.fut.Ok():
+			s.revs[w.rec.Key] = ack.Sequence
+			s.seqs[w.rec.Key] = w.rec.Seq
+		case err := <-w.fut.Err():
+			errs = append(errs, fmt.Errorf("write %s at revision %d: %w", w.rec.Key, s.revs[w.rec.Key], mapConflict(err)))
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Checkpoint stores seq as the checkpoint, with a compare-and-swap.
+func (s *Store) Checkpoint(ctx context.Context, seq uint64) error {
+	data, err := json.Marshal(checkpoint{V: 1, Seq: seq})
+	if err != nil {
+		return err
+	}
+	rev, err := s.kv.Update(ctx, subjects.CheckpointKey, data, s.revs[subjects.CheckpointKey])
+	if err != nil {
+		return fmt.Errorf("write %s %d: %w", subjects.CheckpointKey, seq, mapConflict(err))
+	}
+	s.revs[subjects.CheckpointKey] = rev
+	return nil
+}
+
+// mapConflict wraps a revision mismatch (code 10071, or 10164 on replicated
+// buckets) in scheduler.ErrConflict, keeping the cause.
+func mapConflict(err error) error {
+	var api *jetstream.APIError
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) ||
+		errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return fmt.Errorf("%w: %w", scheduler.ErrConflict, err)
+	}
+	return err
+}
+
+// Lease is the leader lease: key sched.leader in the ledger bucket, created
+// with a TTL and renewed with a compare-and-swap that sets the TTL again.
+type Lease struct {
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue
+	holder string
+	ttl    time.Duration
+	poll   time.Duration
+	rev    uint64
+}
+
+type leaseValue struct {
+	V      int       `json:"v"`
+	Holder string    `json:"holder"`
+	At     time.Time `json:"at"`
+}
+
+// NewLease returns a lease for holder (a name for logs and `gpuq` output)
+// with the given TTL, whole seconds of at least 1s.
+func NewLease(js jetstream.JetStream, kv jetstream.KeyValue, holder string, ttl time.Duration) (*Lease, error) {
+	if ttl < time.Second || ttl%time.Second != 0 {
+		return nil, fmt.Errorf("natsstore: lease TTL %v must be whole seconds, at least 1s", ttl)
+	}
+	return &Lease{js: js, kv: kv, holder: holder, ttl: ttl, poll: min(ttl/4, 250*time.Millisecond)}, nil
+}
+
+// TTL returns the lease's time to live.
+func (l *Lease) TTL() time.Duration { return l.ttl }
+
+func (l *Lease) value() []byte {
+	data, _ := json.Marshal(leaseValue{V: 1, Holder: l.holder, At: time.Now().UTC()}) // cannot fail: plain fields
+	return data
+}
+
+// Acquire blocks until the lease is this holder's: it tries to create the
+// key, and while another holder has it, tries again every quarter TTL (at
+// most every 250ms).
+func (l *Lease) Acquire(ctx context.Context) error {
+	for {
+		rev, err := l.kv.Create(ctx, subjects.LeaderKey, l.value(), jetstream.KeyTTL(l.ttl))
+		if err == nil {
+			l.rev = rev
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("create %s: %w", subjects.LeaderKey, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(l.poll):
+		}
+	}
+}
+
+// Holder returns who holds the lease now, or "" if nobody does.
+func (l *Lease) Holder(ctx context.Context) (string, error) {
+	e, err := l.kv.Get(ctx, subjects.LeaderKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	var v leaseValue
+	if err := json.Unmarshal(e.Value(), &v); err != nil {
+		return "", fmt.Errorf("decode %s: %w", subjects.LeaderKey, err)
+	}
+	return v.Holder, nil
+}
+
+// Renew extends the lease by its TTL. It fails with scheduler.ErrLeaseLost
+// when the key moved on: the lease lapsed and another holder took it.
+func (l *Lease) Renew(ctx context.Context) error {
+	m := nats.NewMsg("$KV." + l.kv.Bucket() + "." + subjects.LeaderKey)
+	m.Data = l.value()
+	ack, err := l.js.PublishMsg(ctx, m, jetstream.WithMsgTTL(l.ttl), jetstream.WithExpectLastSequencePerSubject(l.rev))
+	if err != nil {
+		if errors.Is(mapConflict(err), scheduler.ErrConflict) {
+			return fmt.Errorf("%w: %w", scheduler.ErrLeaseLost, err)
+		}
+		return fmt.Errorf("renew %s: %w", subjects.LeaderKey, err)
+	}
+	l.rev = ack.Sequence
+	return nil
+}
+
+// Release deletes the lease key if this holder still has it, so a standby
+// can take over without waiting for the TTL.
+func (l *Lease) Release(ctx context.Context) error {
+	if l.rev == 0 {
+		return nil
+	}
+	err := l.kv.Purge(ctx, subjects.LeaderKey, jetstream.LastRevision(l.rev))
+	l.rev = 0
+	if err != nil && !errors.Is(mapConflict(err), scheduler.ErrConflict) {
+		return fmt.Errorf("release %s: %w", subjects.LeaderKey, err)
+	}
+	return nil
+}
+
+// String describes the lease for logs.
+func (l *Lease) String() string {
+	return "lease " + l.holder + " ttl " + l.ttl.String() + " rev " + strconv.FormatUint(l.rev, 10)
+}

@@ -1,0 +1,274 @@
+package scheduler
+
+import "container/heap"
+
+// Queue orders pending jobs: highest priority first, then oldest (lowest
+// submit sequence). It keeps one heap per account and a heap of the accounts'
+// best jobs, so a pick costs O(log n) and setting a capped account aside for
+// the rest of a pass costs O(log accounts).
+//
+// Removal is lazy: [Queue.Remove] marks the job and drops it from the index
+// in O(1); the heap entry is discarded when it reaches the top.
+//
+// Queue is not safe for concurrent use.
+type Queue struct {
+	accounts map[string]*accountQueue
+	heads    headHeap
+	index    map[string]*item // live items by job id
+}
+
+// QueueItem is one queued job as the queue sees it.
+type QueueItem struct {
+	Job       string
+	Account   string
+	Priority  int
+	SubmitSeq uint64
+}
+
+type item struct {
+	QueueItem
+	dead bool
+}
+
+type accountQueue struct {
+	id    string
+	items itemHeap
+	pos   int // index in the heads heap, -1 when not in it
+}
+
+// NewQueue returns an empty queue.
+func NewQueue() *Queue {
+	return &Queue{accounts: map[string]*accountQueue{}, index: map[string]*item{}}
+}
+
+// Len returns the number of live jobs queued.
+func (q *Queue) Len() int { return len(q.index) }
+
+// Has reports whether job is queued.
+func (q *Queue) Has(job string) bool { return q.index[job] != nil }
+
+// Push queues a job. Pushing a job already queued does nothing.
+func (q *Queue) Push(it QueueItem) {
+	if q.index[it.Job] != nil {
+		return
+	}
+	x := &item{QueueItem: it}
+	q.index[it.Job] = x
+	aq := q.accounts[it.Account]
+	if aq == nil {
+		aq = &accountQueue{id: it.Account, pos: -1}
+		q.accounts[it.Account] = aq
+	}
+	heap.Push(&aq.items, x)
+	q.fixHead(aq)
+}
+
+// Remove drops job from the queue, if it is there. It costs O(1), or
+// O(log n) when the job is its account's best, whose place among the heads
+// must then be fixed.
+func (q *Queue) Remove(job string) {
+	x := q.index[job]
+	if x == nil {
+		return
+	}
+	x.dead = true
+	delete(q.index, job)
+	if aq := q.accounts[x.Account]; aq != nil && len(aq.items) > 0 && aq.items[0] == x {
+		q.fixHead(aq)
+	}
+}
+
+// Peek returns the job that should run next without removing it.
+func (q *Queue) Peek() (QueueItem, bool) {
+	for len(q.heads) > 0 {
+		aq := q.heads[0]
+		if x := aq.top(); x != nil {
+			return x.QueueItem, true
+		}
+		q.fixHead(aq) // the account emptied out: drop it from the heads
+	}
+	return QueueItem{}, false
+}
+
+// Pop removes and returns the job that should run next.
+func (q *Queue) Pop() (QueueItem, bool) {
+	it, ok := q.Peek()
+	if ok {
+		q.take(q.accounts[it.Account])
+	}
+	return it, ok
+}
+
+// take pops aq's top item for good.
+func (q *Queue) take(aq *accountQueue) {
+	x := heap.Pop(&aq.items).(*item)
+	delete(q.index, x.Job)
+	q.fixHead(aq)
+}
+
+// top returns the account's best live item, discarding dead ones.
+func (aq *accountQueue) top() *item {
+	for len(aq.items) > 0 {
+		if x := aq.items[0]; !x.dead {
+			return x
+		}
+		heap.Pop(&aq.items)
+	}
+	return nil
+}
+
+// fixHead puts aq in the heads heap at the place of its best item, or takes
+// it out when it has none.
+func (q *Queue) fixHead(aq *accountQueue) {
+	empty := aq.top() == nil
+	switch {
+	case empty && aq.pos >= 0:
+		heap.Remove(&q.heads, aq.pos)
+	case empty:
+	case aq.pos >= 0:
+		heap.Fix(&q.heads, aq.pos)
+	default:
+		heap.Push(&q.heads, aq)
+	}
+	if empty && len(aq.items) == 0 {
+		delete(q.accounts, aq.id)
+	}
+}
+
+// Pass walks the queue in order for one scheduling round. Jobs it skips and
+// accounts it sets aside are restored by [Pass.End]; jobs it takes leave the
+// queue.
+type Pass struct {
+	q       *Queue
+	cur     *accountQueue
+	curItem *item
+	skipped []*item
+	aside   []*accountQueue
+}
+
+// Begin starts a pass. Call End when done; the queue must not be changed
+// otherwise while a pass is open.
+func (q *Queue) Begin() *Pass { return &Pass{q: q} }
+
+// Next returns the next job in order, or false when the pass has seen every
+// job it may see.
+func (p *Pass) Next() (QueueItem, bool) {
+	p.settle()
+	it, ok := p.q.Peek()
+	if !ok {
+		return QueueItem{}, false
+	}
+	p.cur = p.q.accounts[it.Account]
+	p.curItem = p.cur.top()
+	return it, true
+}
+
+// Take removes the current job from the queue for good.
+func (p *Pass) Take() {
+	if p.curItem != nil {
+		p.q.take(p.cur)
+		p.cur, p.curItem = nil, nil
+	}
+}
+
+// SkipAccount sets the current job's account aside for the rest of the pass:
+// none of its jobs is offered again until End.
+func (p *Pass) SkipAccount() {
+	if p.cur == nil {
+		return
+	}
+	if p.cur.pos >= 0 {
+		heap.Remove(&p.q.heads, p.cur.pos)
+	}
+	p.aside = append(p.aside, p.cur)
+	p.cur, p.curItem = nil, nil
+}
+
+// settle skips the current job if the caller neither took it nor set its
+// account aside: it is held out of the queue until End.
+func (p *Pass) settle() {
+	if p.curItem == nil {
+		return
+	}
+	heap.Pop(&p.cur.items)
+	p.skipped = append(p.skipped, p.curItem)
+	p.q.fixHead(p.cur)
+	p.cur, p.curItem = nil, nil
+}
+
+// End restores every skipped job and set-aside account.
+func (p *Pass) End() {
+	p.settle()
+	for _, aq := range p.aside {
+		if len(aq.items) > 0 {
+			p.q.accounts[aq.id] = aq
+		}
+		aq.pos = -1
+		p.q.fixHead(aq)
+	}
+	for _, x := range p.skipped {
+		if x.dead {
+			continue
+		}
+		aq := p.q.accounts[x.Account]
+		if aq == nil {
+			aq = &accountQueue{id: x.Account, pos: -1}
+			p.q.accounts[x.Account] = aq
+		}
+		heap.Push(&aq.items, x)
+		p.q.fixHead(aq)
+	}
+	p.skipped, p.aside = nil, nil
+}
+
+// before orders items: higher priority first, then lower submit sequence.
+func before(a, b *item) bool {
+	if a.Priority != b.Priority {
+		return a.Priority > b.Priority
+	}
+	return a.SubmitSeq < b.SubmitSeq
+}
+
+type itemHeap []*item
+
+func (h itemHeap) Len() int           { return len(h) }
+func (h itemHeap) Less(i, j int) bool { return before(h[i], h[j]) }
+func (h itemHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *itemHeap) Push(x any)        { *h = append(*h, x.(*item)) }
+func (h *itemHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return x
+}
+
+// headHeap orders accounts by their best live item. Every account in it has
+// one (fixHead keeps it so).
+type headHeap []*accountQueue
+
+func (h headHeap) Len() int { return len(h) }
+func (h headHeap) Less(i, j int) bool {
+	a, b := h[i].top(), h[j].top()
+	if a == nil || b == nil {
+		return b == nil && a != nil // an emptied account sorts last until dropped
+	}
+	return before(a, b)
+}
+func (h headHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].pos, h[j].pos = i, j
+}
+func (h *headHeap) Push(x any) {
+	aq := x.(*accountQueue)
+	aq.pos = len(*h)
+	*h = append(*h, aq)
+}
+func (h *headHeap) Pop() any {
+	old := *h
+	aq := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	aq.pos = -1
+	return aq
+}

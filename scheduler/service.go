@@ -1,0 +1,449 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/gpuq/gpuq/ledger"
+	"github.com/gpuq/gpuq/subjects"
+	"github.com/gpuq/gpuq/wire"
+)
+
+// ErrStopped is returned by [Service.Run] when a test hook stopped it, as a
+// crash would: nothing more was written and the lease was not released.
+var ErrStopped = errors.New("scheduler: stopped by a test hook")
+
+// Config configures a [Service]. Store, Lease, Log, Publisher and Hosts are
+// required; every other field's zero value means its default.
+type Config struct {
+	Store     Store
+	Lease     Lease
+	Log       Log
+	Publisher Publisher
+	Hosts     HostWatcher
+
+	// Names are the installation's subject names. Defaults to
+	// subjects.Default.
+	Names subjects.Names
+	// Core tunes the decisions.
+	Core CoreConfig
+	// Logger receives the service's logs. Defaults to discarding them.
+	Logger *slog.Logger
+	// NowFunc is the clock for leases and decisions (never for the fold,
+	// which uses each command's server timestamp). Defaults to time.Now.
+	NowFunc func() time.Time
+	// MaxBatch is the most commands folded between two flushes. Defaults to
+	// 1024.
+	MaxBatch int
+	// DecideInterval is how often the scheduler decides when no command
+	// arrives, so retry delays end and lost hosts are noticed. Defaults to
+	// 500ms.
+	DecideInterval time.Duration
+	// RetainApplied is how long applied commands stay in the log before the
+	// scheduler trims them. Entries not yet applied are never trimmed.
+	// Defaults to 24h; a negative value disables trimming.
+	RetainApplied time.Duration
+	// StepDownWait is how long a scheduler that lost the lease waits before
+	// contending again. Defaults to 1s.
+	StepDownWait time.Duration
+	// Hooks are for tests.
+	Hooks Hooks
+}
+
+// Hooks let tests observe a scheduler and stop it at exact points of a
+// flush. A hook that returns an error makes [Service.Run] return
+// [ErrStopped] at once, as if the process had been killed there: nothing more
+// is written and the lease is not released.
+type Hooks struct {
+	// CutPersist is called with the number of records a flush is about to
+	// write; if it returns n below that, only the first n are written and
+	// the service stops.
+	CutPersist func(lastSeq uint64, records int) int
+	// AfterPersist runs after a flush's records are written, before its
+	// effects are sent.
+	AfterPersist func(lastSeq uint64) error
+	// AfterEffects runs after a flush's effects are sent, before the
+	// checkpoint moves.
+	AfterEffects func(lastSeq uint64) error
+	// Checkpointed runs after each checkpoint, with the checkpointed
+	// sequence.
+	Checkpointed func(seq uint64)
+	// Leading runs when the service has loaded the view as leader.
+	Leading func()
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("scheduler: Config.Store is required")
+	case c.Lease == nil:
+		return errors.New("scheduler: Config.Lease is required")
+	case c.Log == nil:
+		return errors.New("scheduler: Config.Log is required")
+	case c.Publisher == nil:
+		return errors.New("scheduler: Config.Publisher is required")
+	case c.Hosts == nil:
+		return errors.New("scheduler: Config.Hosts is required")
+	}
+	if c.Names == (subjects.Names{}) {
+		c.Names = subjects.Default
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.NowFunc == nil {
+		c.NowFunc = time.Now
+	}
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = 1024
+	}
+	if c.DecideInterval <= 0 {
+		c.DecideInterval = 500 * time.Millisecond
+	}
+	if c.RetainApplied == 0 {
+		c.RetainApplied = 24 * time.Hour
+	}
+	if c.StepDownWait <= 0 {
+		c.StepDownWait = time.Second
+	}
+	if ttl := c.Lease.TTL(); ttl < time.Second {
+		return fmt.Errorf("scheduler: lease TTL %v must be at least 1s", ttl)
+	}
+	return nil
+}
+
+// Service is the scheduler process: it contends for the leader lease and,
+// while it holds it, folds the command log into the ledger and decides what
+// runs where. One Service runs one goroutine of its own, in Run.
+type Service struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// New returns a service, or an error naming the first bad field of cfg.
+func New(cfg Config) (*Service, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Service{cfg: cfg, log: cfg.Logger.With("component", "scheduler")}, nil
+}
+
+// Run contends for the lease and leads while it holds it, until ctx ends.
+// A leader that loses the lease or finds its writes fenced steps down and
+// contends again. Run returns nil when ctx ends, [ErrStopped] when a test
+// hook stopped it, and other errors only for failures no new term can mend.
+func (s *Service) Run(ctx context.Context) error {
+	for {
+		if err := s.cfg.Lease.Acquire(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("acquire the leader lease: %w", err)
+		}
+		s.log.InfoContext(ctx, "leading")
+		err := s.lead(ctx)
+		if errors.Is(err, ErrStopped) {
+			return err
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		if rerr := s.cfg.Lease.Release(rctx); rerr != nil {
+			s.log.WarnContext(ctx, "release the leader lease", slog.Any("err", rerr))
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, ErrLogGap) {
+			return err
+		}
+		s.log.WarnContext(ctx, "stepped down", slog.Any("err", err))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(s.cfg.StepDownWait):
+		}
+	}
+}
+
+// term is one leadership term: the state folded so far and what the next
+// flush must write and send.
+type term struct {
+	s       *Service
+	state   *ledger.State
+	core    *Core
+	applied uint64 // last sequence folded
+	ahead   uint64 // the first flush must not end before this
+	changed []ledger.Key
+	marked  map[ledger.Key]bool
+	msgs    []wire.Message
+	caught  bool // the last folded entry was the log's last
+	samples []sample
+}
+
+type sample struct {
+	seq uint64
+	at  time.Time
+}
+
+// lead runs one term. It returns when ctx ends, the lease is lost, a write
+// is fenced, or the log or a store fails.
+func (s *Service) lead(ctx context.Context) error {
+	view, err := s.cfg.Store.Load(ctx)
+	if err != nil {
+		return fmt.Errorf("load the ledger view: %w", err)
+	}
+	t := &term{s: s, state: view.State, core: NewCore(s.cfg.Core), applied: view.Checkpoint,
+		ahead: view.Ahead, marked: map[ledger.Key]bool{}}
+	t.core.Load(t.state)
+	s.log.InfoContext(ctx, "ledger loaded", slog.Uint64("checkpoint", view.Checkpoint), slog.Uint64("ahead", view.Ahead),
+		slog.Int("accounts", len(t.state.Accounts)), slog.Int("jobs", len(t.state.Jobs)))
+
+	tctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	fol, err := s.cfg.Log.Follow(tctx, view.Checkpoint)
+	if err != nil {
+		return fmt.Errorf("follow the command log: %w", err)
+	}
+	defer fol.Stop()
+	hosts, err := s.cfg.Hosts.Watch(tctx)
+	if err != nil {
+		return fmt.Errorf("watch hosts: %w", err)
+	}
+	if s.cfg.Hooks.Leading != nil {
+		s.cfg.Hooks.Leading()
+	}
+	tick := time.NewTicker(s.cfg.DecideInterval)
+	defer tick.Stop()
+	renewEvery := s.cfg.Lease.TTL() / 3
+	lastRenew := s.cfg.NowFunc()
+	nextTrim := lastRenew.Add(time.Minute)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e, ok := <-fol.C():
+			if !ok {
+				return fmt.Errorf("command log: %w", fol.Err())
+			}
+			if err := t.fold(e); err != nil {
+				return err
+			}
+		drain:
+			for drained := 1; drained < s.cfg.MaxBatch; drained++ {
+				select {
+				case e, ok := <-fol.C():
+					if !ok {
+						return fmt.Errorf("command log: %w", fol.Err())
+					}
+					if err := t.fold(e); err != nil {
+						return err
+					}
+				default:
+					break drain
+				}
+			}
+		case u, ok := <-hosts:
+			if !ok {
+				return errors.New("the hosts watch ended")
+			}
+			t.host(u)
+		case <-tick.C:
+			if len(fol.C()) == 0 && len(t.changed) == 0 && len(t.msgs) == 0 {
+				t.caught = true
+			}
+		}
+		now := s.cfg.NowFunc()
+		if now.Sub(lastRenew) >= renewEvery {
+			if err := s.cfg.Lease.Renew(ctx); err != nil {
+				return fmt.Errorf("renew the leader lease: %w", err)
+			}
+			lastRenew = now
+		}
+		if t.applied >= t.ahead && (len(t.changed) > 0 || len(t.msgs) > 0) {
+			if err := t.flush(ctx); err != nil {
+				return err
+			}
+		}
+		if t.caught && t.applied >= t.ahead {
+			t.decide(ctx, now)
+		}
+		if s.cfg.RetainApplied > 0 && now.After(nextTrim) {
+			t.trim(ctx, now)
+			nextTrim = now.Add(time.Minute)
+		}
+	}
+}
+
+// fold applies one log entry to the term's state.
+func (t *term) fold(e Entry) error {
+	if e.Seq != t.applied+1 {
+		return fmt.Errorf("entry %d follows %d: %w", e.Seq, t.applied, ErrLogGap)
+	}
+	cmd, err := wire.DecodeCommand(t.s.cfg.Names, e.Subject, e.Data)
+	if err != nil {
+		var de *wire.DecodeError
+		if !errors.As(err, &de) {
+			return fmt.Errorf("decode entry %d: %w", e.Seq, err)
+		}
+		cmd = de.Command()
+		t.s.log.Debug("invalid command", slog.Uint64("seq", e.Seq), slog.String("subject", e.Subject), slog.Any("err", err))
+	}
+	res := t.state.Apply(cmd, e.Seq, e.Time)
+	t.core.Observe(t.state, cmd, res)
+	for _, k := range res.Changed {
+		if !t.marked[k] {
+			t.marked[k] = true
+			t.changed = append(t.changed, k)
+		}
+	}
+	for i, eff := range res.Effects {
+		msg, err := wire.EncodeEffect(t.s.cfg.Names, e.Seq, e.Time, i, eff)
+		if err != nil {
+			return fmt.Errorf("encode effect %d of entry %d: %w", i, e.Seq, err)
+		}
+		t.msgs = append(t.msgs, msg)
+	}
+	t.applied = e.Seq
+	t.caught = e.Pending == 0
+	return nil
+}
+
+// flush persists the changed records, sends the effects, then moves the
+// checkpoint: a crash at any point leaves a state from which a new term
+// recomputes the same records and re-sends the same effects, which the
+// servers de-duplicate.
+func (t *term) flush(ctx context.Context) error {
+	hooks := t.s.cfg.Hooks
+	recs := make([]Record, 0, len(t.changed))
+	for _, k := range t.changed {
+		rec, err := t.record(k)
+		if err != nil {
+			return err
+		}
+		recs = append(recs, rec)
+	}
+	if hooks.CutPersist != nil {
+		if n := hooks.CutPersist(t.applied, len(recs)); n < len(recs) {
+			if err := t.s.cfg.Store.Write(ctx, recs[:max(n, 0)]); err != nil {
+				return fmt.Errorf("persist through %d: %w", t.applied, err)
+			}
+			return fmt.Errorf("cut after %d of %d records at %d: %w", n, len(recs), t.applied, ErrStopped)
+		}
+	}
+	if err := t.s.cfg.Store.Write(ctx, recs); err != nil {
+		return fmt.Errorf("persist through %d: %w", t.applied, err)
+	}
+	if hooks.AfterPersist != nil {
+		if err := hooks.AfterPersist(t.applied); err != nil {
+			return fmt.Errorf("%v: %w", err, ErrStopped)
+		}
+	}
+	if err := t.s.cfg.Publisher.Publish(ctx, t.msgs); err != nil {
+		return fmt.Errorf("send effects through %d: %w", t.applied, err)
+	}
+	if hooks.AfterEffects != nil {
+		if err := hooks.AfterEffects(t.applied); err != nil {
+			return fmt.Errorf("%v: %w", err, ErrStopped)
+		}
+	}
+	if err := t.s.cfg.Store.Checkpoint(ctx, t.applied); err != nil {
+		return fmt.Errorf("checkpoint %d: %w", t.applied, err)
+	}
+	t.s.log.Debug("flushed", slog.Uint64("seq", t.applied), slog.Int("records", len(recs)), slog.Int("effects", len(t.msgs)))
+	t.changed, t.msgs = t.changed[:0], t.msgs[:0]
+	clear(t.marked)
+	if len(t.samples) == 0 || t.s.cfg.NowFunc().Sub(t.samples[len(t.samples)-1].at) >= time.Minute {
+		t.samples = append(t.samples, sample{seq: t.applied, at: t.s.cfg.NowFunc()})
+	}
+	if hooks.Checkpointed != nil {
+		hooks.Checkpointed(t.applied)
+	}
+	return nil
+}
+
+// record encodes the current version of key k.
+func (t *term) record(k ledger.Key) (Record, error) {
+	switch k.Kind {
+	case ledger.KeyAccount:
+		a := t.state.Accounts[k.ID]
+		v, err := ledger.MarshalAccount(a)
+		return Record{Key: subjects.AccountKey(k.ID), Seq: a.Seq, Value: v}, err
+	case ledger.KeyJob:
+		j := t.state.Jobs[k.ID]
+		v, err := ledger.MarshalJob(j)
+		return Record{Key: subjects.JobKey(k.ID), Seq: j.Seq, Value: v}, err
+	}
+	return Record{}, fmt.Errorf("unknown key kind %d", k.Kind)
+}
+
+// host applies a hosts-bucket change.
+func (t *term) host(u HostUpdate) {
+	if u.Host == nil {
+		t.s.log.Info("host gone", slog.String("worker", u.Name))
+		t.core.RemoveHost(u.Name, t.s.cfg.NowFunc())
+		return
+	}
+	t.core.SetHost(*u.Host)
+}
+
+// decide publishes the core's decisions onto the log. A decision that cannot
+// be published is abandoned, to be made again on a later pass.
+func (t *term) decide(ctx context.Context, now time.Time) {
+	cmds := t.core.Decide(t.state, now)
+	if len(cmds) == 0 {
+		return
+	}
+	msgs := make([]wire.Message, 0, len(cmds))
+	var sent []ledger.Command
+	for _, c := range cmds {
+		var msg wire.Message
+		var err error
+		switch c := c.(type) {
+		case ledger.Dispatch:
+			msg, err = wire.EncodeDispatch(t.s.cfg.Names, c)
+		case ledger.Lost:
+			msg, err = wire.EncodeLost(t.s.cfg.Names, c)
+		case ledger.Unplaceable:
+			msg, err = wire.EncodeUnplaceable(t.s.cfg.Names, c)
+		default:
+			err = fmt.Errorf("unknown decision %T", c)
+		}
+		if err != nil {
+			t.s.log.Error("encode a decision", slog.Any("err", err))
+			t.core.Abandon(t.state, c)
+			continue
+		}
+		msgs = append(msgs, msg)
+		sent = append(sent, c)
+	}
+	if err := t.s.cfg.Publisher.Publish(ctx, msgs); err != nil {
+		t.s.log.Warn("publish decisions", slog.Int("decisions", len(msgs)), slog.Any("err", err))
+		for _, c := range sent {
+			t.core.Abandon(t.state, c)
+		}
+		return
+	}
+	t.s.log.Debug("decided", slog.Int("decisions", len(sent)))
+}
+
+// trim drops log entries that were applied longer than RetainApplied ago.
+func (t *term) trim(ctx context.Context, now time.Time) {
+	cut := -1
+	for i, smp := range t.samples {
+		if now.Sub(smp.at) >= t.s.cfg.RetainApplied {
+			cut = i
+		}
+	}
+	if cut < 0 {
+		return
+	}
+	if err := t.s.cfg.Log.Trim(ctx, t.samples[cut].seq); err != nil {
+		t.s.log.Warn("trim the command log", slog.Any("err", err))
+		return
+	}
+	t.samples = append(t.samples[:0], t.samples[cut+1:]...)
+}

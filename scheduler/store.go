@@ -1,0 +1,117 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/gpuq/gpuq/ledger"
+	"github.com/gpuq/gpuq/wire"
+)
+
+// The seams between the scheduler and JetStream. internal/natsstore and
+// internal/natsbus implement them; cmd/gpuq plugs them in.
+
+// ErrConflict reports a compare-and-swap write that found a revision other
+// than the one this scheduler last wrote: another scheduler has written, so
+// this one is no longer the leader and must stop.
+var ErrConflict = errors.New("scheduler: ledger revision conflict")
+
+// ErrLeaseLost reports that another scheduler holds the leader lease.
+var ErrLeaseLost = errors.New("scheduler: leader lease lost")
+
+// ErrLogGap reports that the command log is missing entries the ledger has
+// not applied.
+var ErrLogGap = errors.New("scheduler: command log has a gap")
+
+// View is the ledger as stored, made consistent as of its checkpoint: every
+// record is the version that reflects exactly the commands up to Checkpoint,
+// even where a crash left later versions stored.
+type View struct {
+	State      *ledger.State
+	Checkpoint uint64
+	// Ahead is the highest sequence stored on any record. When it is above
+	// Checkpoint, a flush was cut short, and the next flush must not end
+	// before Ahead, so every record is caught up again before the
+	// checkpoint moves.
+	Ahead uint64
+}
+
+// Record is one ledger key to store, with the sequence of the last command
+// that changed it.
+type Record struct {
+	Key   string
+	Seq   uint64
+	Value []byte
+}
+
+// Store persists the ledger view. The scheduler is its only writer; every
+// write is a compare-and-swap on the revision the store last read or wrote.
+type Store interface {
+	// Load reads the whole view. It records the revision of every key for
+	// the writes that follow.
+	Load(ctx context.Context) (*View, error)
+	// Write stores each record unless the stored version already carries
+	// its sequence or a later one. It returns an error wrapping
+	// [ErrConflict] if any key's revision moved.
+	Write(ctx context.Context, recs []Record) error
+	// Checkpoint stores seq as the last command whose effects were sent.
+	Checkpoint(ctx context.Context, seq uint64) error
+}
+
+// Lease is the leader lease. Exactly one scheduler holds it at a time.
+type Lease interface {
+	// Acquire blocks until this scheduler holds the lease or ctx ends.
+	Acquire(ctx context.Context) error
+	// Renew extends the lease. It returns an error wrapping [ErrLeaseLost]
+	// if another scheduler holds it.
+	Renew(ctx context.Context) error
+	// Release gives the lease up so a standby can take over at once.
+	Release(ctx context.Context) error
+	// TTL is how long the lease lasts without renewal.
+	TTL() time.Duration
+}
+
+// Entry is one entry of the command log.
+type Entry struct {
+	Seq     uint64
+	Time    time.Time // the server's timestamp: the command's time in the fold
+	Subject string
+	Data    []byte
+	Pending uint64 // entries after this one when it was delivered
+}
+
+// Log is the command log.
+type Log interface {
+	// Follow delivers every entry after seq, in order, on the returned
+	// channel until ctx ends or the follower stops. If the log fails, the
+	// channel closes and Err says why.
+	Follow(ctx context.Context, after uint64) (Follower, error)
+	// Trim drops entries up to and including seq, which must be applied.
+	Trim(ctx context.Context, upTo uint64) error
+}
+
+// Follower is a running read of the log.
+type Follower interface {
+	C() <-chan Entry
+	Err() error
+	Stop()
+}
+
+// Publisher publishes messages, each with its de-duplication id, and
+// returns once the server has stored every one.
+type Publisher interface {
+	Publish(ctx context.Context, msgs []wire.Message) error
+}
+
+// HostUpdate is a change to the hosts bucket: a heartbeat, or Host nil when
+// the host's key expired or was deleted.
+type HostUpdate struct {
+	Name string
+	Host *wire.Host
+}
+
+// HostWatcher reports host heartbeats: first every current one, then changes.
+type HostWatcher interface {
+	Watch(ctx context.Context) (<-chan HostUpdate, error)
+}
