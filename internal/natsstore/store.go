@@ -217,7 +217,8 @@ func mapConflict(err error) error {
 }
 
 // Lease is the leader lease: key sched.leader in the ledger bucket, created
-// with a TTL and renewed with a compare-and-swap that sets the TTL again.
+// with a TTL and renewed with a compare-and-swap that sets the TTL again. A
+// Lease is used by one goroutine at a time.
 type Lease struct {
 	js     jetstream.JetStream
 	kv     jetstream.KeyValue

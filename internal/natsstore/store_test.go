@@ -1,0 +1,196 @@
+// Tests of the KV ledger view and the lease against a real embedded
+// nats-server: compare-and-swap fencing, recovery of the state as of the
+// checkpoint from key history, and the lease's exclusion and expiry.
+package natsstore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpuq/gpuq/internal/natsbus"
+	"github.com/gpuq/gpuq/internal/natsstore"
+	"github.com/gpuq/gpuq/internal/natstest"
+	"github.com/gpuq/gpuq/ledger"
+	"github.com/gpuq/gpuq/scheduler"
+	"github.com/gpuq/gpuq/subjects"
+)
+
+func setup(t *testing.T, cfg natsbus.SetupConfig) (jetstream.JetStream, jetstream.KeyValue) {
+	t.Helper()
+	srv := natstest.Start(t)
+	_, js := srv.JetStream(t)
+	ctx := context.Background()
+	if err := natsbus.Setup(ctx, js, subjects.Default, cfg); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, subjects.Default.LedgerBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js, kv
+}
+
+func account(t *testing.T, balance ledger.Credits, seq uint64) scheduler.Record {
+	t.Helper()
+	a := &ledger.Account{ID: "a", Balance: balance, Weight: 1, Seq: seq}
+	data, err := ledger.MarshalAccount(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return scheduler.Record{Key: subjects.AccountKey("a"), Seq: seq, Value: data}
+}
+
+func TestSecondWriterIsFenced(t *testing.T) {
+	t.Parallel()
+	js, kv := setup(t, natsbus.SetupConfig{})
+	ctx := context.Background()
+	s1, s2 := natsstore.New(js, kv), natsstore.New(js, kv)
+	for _, s := range []*natsstore.Store{s1, s2} {
+		if _, err := s.Load(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s1.Write(ctx, []scheduler.Record{account(t, 10, 1)}); err != nil {
+		t.Fatalf("first writer: %v", err)
+	}
+	if err := s1.Checkpoint(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	err := s2.Write(ctx, []scheduler.Record{account(t, 99, 1)})
+	if !errors.Is(err, scheduler.ErrConflict) {
+		t.Errorf("second writer: %v, want ErrConflict", err)
+	}
+	if err := s2.Checkpoint(ctx, 1); !errors.Is(err, scheduler.ErrConflict) {
+		t.Errorf("second checkpoint: %v, want ErrConflict", err)
+	}
+	// A record whose stored version is already as new is not written again.
+	if err := s1.Write(ctx, []scheduler.Record{account(t, 10, 1)}); err != nil {
+		t.Errorf("rewrite of the same version: %v", err)
+	}
+	e, _ := kv.Get(ctx, subjects.AccountKey("a"))
+	if a, _ := ledger.UnmarshalAccount(e.Value()); a.Balance != 10 {
+		t.Errorf("stored balance %d, want 10", a.Balance)
+	}
+}
+
+func TestLoadRewindsToCheckpoint(t *testing.T) {
+	t.Parallel()
+	js, kv := setup(t, natsbus.SetupConfig{})
+	ctx := context.Background()
+	s := natsstore.New(js, kv)
+	if _, err := s.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(ctx, []scheduler.Record{account(t, 10, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Checkpoint(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	// A flush through seq 3 writes the account and creates a job, then
+	// "crashes" before its checkpoint.
+	j := &ledger.Job{ID: "j", Account: "a", GPUs: 1, Command: []string{"x"}, State: ledger.StateRejected, MaxAttempts: 1, Seq: 3}
+	jd, err := ledger.MarshalJob(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(ctx, []scheduler.Record{account(t, 20, 3), {Key: subjects.JobKey("j"), Seq: 3, Value: jd}}); err != nil {
+		t.Fatal(err)
+	}
+	view, err := natsstore.New(js, kv).Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if view.Checkpoint != 1 || view.Ahead != 3 {
+		t.Errorf("checkpoint %d ahead %d, want 1 and 3", view.Checkpoint, view.Ahead)
+	}
+	if a := view.State.Accounts["a"]; a == nil || a.Balance != 10 || a.Seq != 1 {
+		t.Errorf("account as of the checkpoint = %+v, want balance 10 at seq 1", a)
+	}
+	if _, ok := view.State.Jobs["j"]; ok {
+		t.Error("a job created after the checkpoint is in the view")
+	}
+}
+
+func TestLoadFailsWhenHistoryIsTooShort(t *testing.T) {
+	t.Parallel()
+	js, kv := setup(t, natsbus.SetupConfig{LedgerHistory: 2})
+	ctx := context.Background()
+	s := natsstore.New(js, kv)
+	if _, err := s.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(ctx, []scheduler.Record{account(t, 10, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Checkpoint(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(2); seq <= 3; seq++ { // two versions past the checkpoint
+		if err := s.Write(ctx, []scheduler.Record{account(t, ledger.Credits(seq), seq)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := natsstore.New(js, kv).Load(ctx)
+	if err == nil || !strings.Contains(err.Error(), "raise the bucket's history") {
+		t.Errorf("Load = %v, want it to say the history is too short", err)
+	}
+}
+
+func TestLeaseExcludesAndExpires(t *testing.T) {
+	t.Parallel()
+	js, kv := setup(t, natsbus.SetupConfig{})
+	ctx := context.Background()
+	l1, err := natsstore.NewLease(js, kv, "one", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, _ := natsstore.NewLease(js, kv, "two", time.Second)
+	if err := l1.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if holder, err := l1.Holder(ctx); err != nil || holder != "one" {
+		t.Errorf("holder = %q, %v", holder, err)
+	}
+	// While one renews, two cannot acquire.
+	short, cancel := context.WithTimeout(ctx, 2500*time.Millisecond)
+	defer cancel()
+	renewing := make(chan struct{})
+	go func() {
+		defer close(renewing)
+		for short.Err() == nil {
+			if err := l1.Renew(ctx); err != nil {
+				t.Errorf("renew: %v", err)
+				return
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+	}()
+	if err := l2.Acquire(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("two acquired a held lease: %v", err)
+	}
+	<-renewing
+	// When one stops renewing, the lease lapses and two takes it.
+	lapse, cancel3 := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel3()
+	if err := l2.Acquire(lapse); err != nil {
+		t.Fatalf("two never took the lapsed lease: %v", err)
+	}
+	if err := l1.Renew(ctx); !errors.Is(err, scheduler.ErrLeaseLost) {
+		t.Errorf("deposed holder's renew = %v, want ErrLeaseLost", err)
+	}
+	// Release lets the next holder in at once.
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	acquired, cancel2 := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel2()
+	if err := l1.Acquire(acquired); err != nil {
+		t.Errorf("acquire after release: %v", err)
+	}
+}

@@ -1,0 +1,248 @@
+// Decision tests for Core, without NATS: the ledger is driven through
+// ledgertest.Log, every decision Core returns is applied by the real fold,
+// and the tests assert on the decisions as values.
+package scheduler_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gpuq/gpuq/ledger"
+	"github.com/gpuq/gpuq/ledger/ledgertest"
+	"github.com/gpuq/gpuq/scheduler"
+	"github.com/gpuq/gpuq/wire"
+)
+
+type harness struct {
+	t    *testing.T
+	l    *ledgertest.Log
+	core *scheduler.Core
+}
+
+func newHarness(t *testing.T, cfg scheduler.CoreConfig) *harness {
+	h := &harness{t: t, l: ledgertest.NewLog(t), core: scheduler.NewCore(cfg)}
+	h.core.Load(h.l.State)
+	return h
+}
+
+// apply folds cmd and lets Core observe it, as the service does.
+func (h *harness) apply(cmd ledger.Command) ledger.Result {
+	h.t.Helper()
+	res := h.l.Apply(cmd)
+	h.core.Observe(h.l.State, cmd, res)
+	return res
+}
+
+func (h *harness) host(name string, gpus int) {
+	hb := wire.Host{Host: name}
+	for i := range gpus {
+		hb.Devices = append(hb.Devices, wire.Device{UUID: fmt.Sprintf("%s-%d", name, i), Healthy: true})
+	}
+	h.core.SetHost(hb)
+}
+
+func (h *harness) submit(account, id string, gpus, priority int) {
+	h.t.Helper()
+	res := h.apply(ledger.Submit{Account: account, ID: id, GPUs: gpus, Cost: 1, Priority: priority, Command: []string{"x"}})
+	if ev, _ := ledgertest.First[ledger.JobEvent](res); ev.Type != ledger.EventAccepted {
+		h.t.Fatalf("submit %s: %+v", id, ev)
+	}
+}
+
+// decide runs Decide and applies every decision, returning them.
+func (h *harness) decide() []ledger.Command {
+	h.t.Helper()
+	cmds := h.core.Decide(h.l.State, h.l.Now)
+	for _, c := range cmds {
+		h.apply(c)
+	}
+	return cmds
+}
+
+func dispatches(cmds []ledger.Command) map[string]string {
+	out := map[string]string{}
+	for _, c := range cmds {
+		if d, ok := c.(ledger.Dispatch); ok {
+			out[d.Job] = d.Host
+		}
+	}
+	return out
+}
+
+func TestBestFitPlacement(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, scheduler.CoreConfig{})
+	h.l.Create("a", 100)
+	h.host("big", 8)
+	h.host("small", 2)
+	h.submit("a", "two", 2, 0)
+	if got := dispatches(h.decide()); got["two"] != "small" {
+		t.Errorf("2-GPU job went to %q, want the tightest fit, small", got["two"])
+	}
+	h.submit("a", "three", 3, 0)
+	h.submit("a", "one", 1, 0)
+	got := dispatches(h.decide())
+	if got["three"] != "big" || got["one"] != "big" {
+		t.Errorf("placements = %v, want three and one on big (small is full)", got)
+	}
+	// big has 4 left; a 5-GPU job waits, no unplaceable verdict since big could fit it.
+	h.submit("a", "five", 5, 0)
+	if cmds := h.decide(); len(cmds) != 0 {
+		t.Errorf("decisions with no room = %+v", cmds)
+	}
+}
+
+func TestDecisionsAreNotRepeatedWhileInFlight(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, scheduler.CoreConfig{})
+	h.l.Create("a", 100)
+	h.host("h", 4)
+	h.submit("a", "j", 1, 0)
+	first := h.core.Decide(h.l.State, h.l.Now) // published, not yet folded
+	if len(first) != 1 {
+		t.Fatalf("first decide = %+v", first)
+	}
+	if again := h.core.Decide(h.l.State, h.l.Now); len(again) != 0 {
+		t.Errorf("decided again while in flight: %+v", again)
+	}
+	h.core.Abandon(h.l.State, first[0]) // the publish failed
+	if again := h.core.Decide(h.l.State, h.l.Now); len(dispatches(again)) != 1 {
+		t.Errorf("after abandon: %+v, want the job decided again", again)
+	}
+}
+
+func TestAccountCapsSetAccountAside(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, scheduler.CoreConfig{})
+	h.l.Create("capped", 100)
+	h.l.Create("free", 100)
+	h.apply(ledger.Admin{Account: "capped", ID: "lim", Op: ledger.OpLimits, Limits: ledger.Limits{MaxRunningJobs: 1, MaxRunningGPUs: 3}})
+	h.host("h", 8)
+	h.submit("capped", "c1", 2, 9)
+	h.submit("capped", "c2", 2, 9)
+	h.submit("capped", "c3", 1, 9)
+	h.submit("free", "f1", 1, 0)
+	got := dispatches(h.decide())
+	if len(got) != 2 || got["c1"] == "" || got["f1"] == "" {
+		t.Errorf("dispatched %v, want c1 (capped account's first) and f1 (not blocked by it)", got)
+	}
+	// Raise the job cap: c2 (2 GPUs) would pass the 3-GPU cap, c3 (1) fits.
+	h.apply(ledger.Admin{Account: "capped", ID: "lim2", Op: ledger.OpLimits, Limits: ledger.Limits{MaxRunningJobs: 5, MaxRunningGPUs: 3}})
+	got = dispatches(h.decide())
+	if len(got) != 1 || got["c3"] == "" {
+		t.Errorf("dispatched %v, want only c3", got)
+	}
+}
+
+func TestUnplaceableAfterGrace(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, scheduler.CoreConfig{UnplaceableAfter: time.Minute})
+	h.l.Create("a", 100)
+	h.submit("a", "wide", 16, 0)
+	if cmds := h.decide(); len(cmds) != 0 {
+		t.Fatalf("no hosts at all: %+v, want waiting, not a verdict", cmds)
+	}
+	h.host("h", 8)
+	if cmds := h.decide(); len(cmds) != 0 {
+		t.Fatalf("first sight: %+v, want the grace period", cmds)
+	}
+	h.l.Advance(time.Minute)
+	cmds := h.decide()
+	if len(cmds) != 1 {
+		t.Fatalf("after the grace period: %+v", cmds)
+	}
+	if u, ok := cmds[0].(ledger.Unplaceable); !ok || u.Job != "wide" {
+		t.Fatalf("verdict = %+v", cmds[0])
+	}
+	if j := h.l.Job("wide"); j.State != ledger.StateFailed || j.Reason != ledger.ReasonUnplaceable {
+		t.Errorf("job after verdict: %s %s", j.State, j.Reason)
+	}
+}
+
+func TestLostAfterHostGone(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, scheduler.CoreConfig{LostAfter: 10 * time.Second})
+	h.l.Create("a", 100)
+	h.host("h1", 1)
+	h.submit("a", "j", 1, 0)
+	h.decide()
+	h.apply(ledger.Report{Type: ledger.ReportStarted, Host: "h1", Job: "j", Attempt: 1, Devices: []string{"h1-0"}})
+	h.core.RemoveHost("h1", h.l.Now)
+	if cmds := h.decide(); len(cmds) != 0 {
+		t.Fatalf("inside the grace period: %+v", cmds)
+	}
+	h.l.Advance(10 * time.Second)
+	h.host("h2", 1)
+	cmds := h.core.Decide(h.l.State, h.l.Now)
+	if len(cmds) != 1 {
+		t.Fatalf("after the grace period: %+v", cmds)
+	}
+	if again := h.core.Decide(h.l.State, h.l.Now); len(again) != 0 {
+		t.Errorf("lost verdict repeated before the fold applied it: %+v", again)
+	}
+	h.apply(cmds[0])
+	if j := h.l.Job("j"); j.State != ledger.StatePending || j.Failures != 1 {
+		t.Fatalf("after lost: %s with %d failures", j.State, j.Failures)
+	}
+	h.l.Advance(ledger.RetryDelay)
+	if got := dispatches(h.decide()); got["j"] != "h2" {
+		t.Errorf("retry placed on %v, want h2", got)
+	}
+}
+
+func TestBackoffDelaysRetry(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, scheduler.CoreConfig{})
+	h.l.Create("a", 100)
+	h.host("h", 1)
+	h.submit("a", "j", 1, 0)
+	h.decide()
+	h.apply(ledger.Report{Type: ledger.ReportRejected, Host: "h", Job: "j", Attempt: 1, Reason: "GPU busy"})
+	if cmds := h.decide(); len(cmds) != 0 {
+		t.Errorf("decided during the retry delay: %+v", cmds)
+	}
+	h.l.Advance(ledger.RetryDelay)
+	if got := dispatches(h.decide()); got["j"] != "h" {
+		t.Errorf("after the delay: %v", got)
+	}
+}
+
+// BenchmarkDecide measures one decision round that places one job, with n
+// jobs queued across 1,000 accounts, as a GPU frees up at a time.
+func BenchmarkDecide(b *testing.B) {
+	for _, n := range []int{100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("pending=%d", n), func(b *testing.B) {
+			s := ledger.New()
+			at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+			seq := uint64(0)
+			apply := func(c ledger.Command) ledger.Result { seq++; return s.Apply(c, seq, at) }
+			for i := range 1000 {
+				apply(ledger.Admin{Account: fmt.Sprintf("a%d", i), ID: "c", Op: ledger.OpCreate, Balance: ledger.MaxCredits})
+			}
+			for i := range n {
+				apply(ledger.Submit{Account: fmt.Sprintf("a%d", i%1000), ID: fmt.Sprintf("j%d", i), GPUs: 1, Cost: 1, Priority: i % 5, Command: []string{"x"}})
+			}
+			core := scheduler.NewCore(scheduler.CoreConfig{})
+			core.Load(s)
+			core.SetHost(wire.Host{Host: "h", Devices: []wire.Device{{UUID: "g", Healthy: true}}})
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				cmds := core.Decide(s, at)
+				if len(cmds) != 1 {
+					b.Fatalf("round %d: %d decisions", i, len(cmds))
+				}
+				d := cmds[0].(ledger.Dispatch)
+				res := apply(d)
+				core.Observe(s, d, res)
+				// Run it to the end so the GPU frees up for the next round.
+				for _, r := range []ledger.Report{
+					{Type: ledger.ReportStarted, Host: "h", Job: d.Job, Attempt: d.Attempt, Devices: []string{"g"}},
+					{Type: ledger.ReportDone, Host: "h", Job: d.Job, Attempt: d.Attempt},
+				} {
+					core.Observe(s, r, apply(r))
+				}
+			}
+		})
+	}
+}
