@@ -97,7 +97,11 @@ type Report struct {
 	Devices  []string      // started
 	ExitCode int           // done
 	Runtime  time.Duration // done
-	Reason   string        // rejected
+	// Infra, on a done report, says the attempt ended through no fault of
+	// the job (an Xid on one of its GPUs, a worker drained past its
+	// timeout): it is retried like a lost attempt and never charged.
+	Infra  string
+	Reason string // rejected
 }
 
 // Lost is the scheduler's decision that an attempt vanished (its host's
@@ -366,6 +370,9 @@ func (r Report) Validate() error {
 	case ReportDone:
 		if r.Runtime < 0 {
 			bad("runtime %v is negative", r.Runtime)
+		}
+		if len(r.Infra) > MaxReasonBytes {
+			bad("infra is %d bytes, more than %d", len(r.Infra), MaxReasonBytes)
 		}
 	case ReportRejected:
 		if r.Reason == "" {

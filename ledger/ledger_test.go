@@ -597,3 +597,25 @@ func TestSnapshotsAreCheckedBothWays(t *testing.T) {
 		t.Errorf("UnmarshalAccount(reserved > balance) = %v", err)
 	}
 }
+
+func TestInfrastructureFailureRetriesUncharged(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 100)
+	l.Apply(ledger.Submit{Account: "a", ID: "j", GPUs: 1, Cost: 30, Command: []string{"x"}, MaxAttempts: 2})
+	l.Start("j", "h1")
+	res := l.Apply(ledger.Report{Type: ledger.ReportDone, Host: "h1", Job: "j", Attempt: 1, ExitCode: 137, Infra: "Xid 79 on GPU-h1-a"})
+	ev := wantEvent(t, res, ledger.EventRequeued, ledger.ReasonInfrastructure)
+	if !strings.Contains(ev.Message, "Xid 79") {
+		t.Errorf("requeued message %q does not say why", ev.Message)
+	}
+	wantMoney(t, l, "a", 100, 70)
+	l.Advance(time.Hour)
+	l.Start("j", "h2")
+	res = l.Apply(ledger.Report{Type: ledger.ReportDone, Host: "h2", Job: "j", Attempt: 2, ExitCode: 137, Infra: "worker drained"})
+	evs := ledgertest.All[ledger.JobEvent](res)
+	if last := evs[len(evs)-1]; last.Type != ledger.EventFailed || last.Reason != ledger.ReasonAttemptsSpent {
+		t.Errorf("second infrastructure failure ended with %+v", last)
+	}
+	wantMoney(t, l, "a", 100, 100)
+}

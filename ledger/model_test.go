@@ -293,6 +293,8 @@ func (m *model) report(r ledger.Report, at time.Time) string {
 	case r.Type == ledger.ReportStarted:
 		j.state = ledger.StateRunning
 		return out(ledger.EventStarted, "")
+	case r.Type == ledger.ReportDone && r.Infra != "":
+		return m.retry(j, ledger.ReasonInfrastructure, at)
 	case r.Type == ledger.ReportDone && r.ExitCode == 0:
 		m.finish(j, ledger.StateSucceeded, at)
 		return out(ledger.EventSucceeded, "")
@@ -571,6 +573,9 @@ func TestLedgerMatchesModel(t *testing.T) {
 					}
 				case 1:
 					r.Type, r.ExitCode = ledger.ReportDone, rapid.SampledFrom([]int{0, 0, 1, 137}).Draw(rt, "exit code")
+					if rare(rt, "infra") {
+						r.Infra = "Xid 79"
+					}
 				case 2:
 					r.Type, r.Reason = ledger.ReportRejected, "GPU busy"
 				}

@@ -40,5 +40,6 @@ const (
 	ReasonCancelled      Reason = "cancelled"       // a user cancelled the job
 	ReasonLost           Reason = "lost"            // the attempt's host or process vanished
 	ReasonWorkerRejected Reason = "worker_rejected" // the worker could not start the attempt
+	ReasonInfrastructure Reason = "infrastructure"  // the attempt ended through no fault of the job (a GPU error, a drained worker)
 	ReasonAttemptsSpent  Reason = "attempts_exhausted"
 )

@@ -84,6 +84,9 @@ func (t *tx) report(r Report) {
 		t.changedJob(j)
 		t.jobEvent(j.Account, j, JobEvent{Type: EventStarted, Devices: j.Devices,
 			Message: fmt.Sprintf("attempt %d running on %s", j.Attempt, j.Host)})
+	case r.Type == ReportDone && r.Infra != "":
+		j.RuntimeMS = r.Runtime.Milliseconds()
+		t.retry(j, ReasonInfrastructure, fmt.Sprintf("attempt %d on %s ended by the infrastructure: %s", j.Attempt, j.Host, r.Infra))
 	case r.Type == ReportDone:
 		code := r.ExitCode
 		j.ExitCode, j.RuntimeMS = &code, r.Runtime.Milliseconds()

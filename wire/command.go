@@ -245,6 +245,7 @@ func DecodeReport(host string, data []byte) (ledger.Report, error) {
 		r.Devices = f.strs("devices", true)
 	case ledger.ReportDone:
 		r.ExitCode = f.int("exit_code", true)
+		r.Infra = f.str("infra", false)
 		ms := f.int64("runtime_ms", false)
 		if ms < 0 || ms > int64(ledger.MaxWalltime/time.Millisecond)*2 {
 			f.bad("runtime_ms: %d is out of range", ms)
@@ -273,6 +274,7 @@ type reportBody struct {
 	Devices   []string          `json:"devices,omitempty"`
 	ExitCode  *int              `json:"exit_code,omitempty"`
 	RuntimeMS *int64            `json:"runtime_ms,omitempty"`
+	Infra     string            `json:"infra,omitempty"`
 	Reason    string            `json:"reason,omitempty"`
 }
 
@@ -281,7 +283,7 @@ func EncodeReport(n subjects.Names, r ledger.Report) (Message, error) {
 	if err := errors.Join(subjects.CheckToken("host", r.Host), subjects.CheckToken("job id", r.Job), r.Validate()); err != nil {
 		return Message{}, err
 	}
-	body := reportBody{V: Version, Job: r.Job, Attempt: r.Attempt, Type: r.Type, Devices: r.Devices, Reason: r.Reason}
+	body := reportBody{V: Version, Job: r.Job, Attempt: r.Attempt, Type: r.Type, Devices: r.Devices, Reason: r.Reason, Infra: r.Infra}
 	if r.Type == ledger.ReportDone {
 		ms := r.Runtime.Milliseconds()
 		body.ExitCode, body.RuntimeMS = &r.ExitCode, &ms

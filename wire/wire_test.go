@@ -135,6 +135,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		ledger.Admin{Account: "vision", ID: "op-4", Op: ledger.OpGrant, Amount: ledger.MaxCredits},
 		ledger.Report{Type: ledger.ReportStarted, Host: "h", Job: "j", Attempt: 3, Devices: []string{"GPU-x", "MIG-y"}},
 		ledger.Report{Type: ledger.ReportDone, Host: "h", Job: "j", Attempt: 3, ExitCode: -1, Runtime: 0},
+		ledger.Report{Type: ledger.ReportDone, Host: "h", Job: "j", Attempt: 3, ExitCode: 137, Runtime: time.Minute, Infra: "Xid 79 on GPU-x"},
 		ledger.Report{Type: ledger.ReportRejected, Host: "h", Job: "j", Attempt: 3, Reason: "GPU-x has 1 compute process"},
 		ledger.Dispatch{Job: "j", Attempt: 4, Host: "h"},
 		ledger.Lost{Job: "j", Attempt: 4, Reason: "h heartbeat expired"},
