@@ -126,6 +126,10 @@ func (t *tx) jobEvent(account string, j *Job, e JobEvent) {
 			e.Reason, e.Message = j.Reason, j.Message
 		}
 		e.Charged = j.Charged
+		if e.ExitCode == nil && j.State.Terminal() && j.ExitCode != nil {
+			code := *j.ExitCode
+			e.ExitCode = &code
+		}
 	}
 	if a := t.s.Accounts[account]; a != nil {
 		e.Balance, e.Available = a.Balance, a.Available()

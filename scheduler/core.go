@@ -33,6 +33,9 @@ type Core struct {
 	goneSince map[string]time.Time
 	// lostSent is when a lost verdict was last published for each job.
 	lostSent map[string]time.Time
+	// missingSince is when a running attempt was first absent from its
+	// live host's heartbeat (a worker restarted, or lost track of it).
+	missingSince map[string]time.Time
 }
 
 // CoreConfig tunes the decisions. The zero value means defaults.
@@ -42,10 +45,15 @@ type CoreConfig struct {
 	// is a grace period, not a verdict at first sight. Defaults to 1m; a
 	// negative value means at once.
 	UnplaceableAfter time.Duration
-	// LostAfter is how long a host may be gone (its heartbeat key expired)
-	// before its dispatched and running attempts are declared lost.
-	// Defaults to 30s; a negative value means at once.
+	// LostAfter is how long a host may be gone (its heartbeat key expired),
+	// or a running attempt missing from its host's heartbeat, before the
+	// attempt is declared lost. Defaults to 30s; a negative value means at
+	// once.
 	LostAfter time.Duration
+	// StartTimeout is how long a dispatched attempt may go unlisted by its
+	// live host (the worker never took the order) before it is declared
+	// lost. Workers take orders in turn, so this is longer. Defaults to 5m.
+	StartTimeout time.Duration
 	// DecisionTimeout is how long a published decision may go unapplied
 	// before Core forgets it and may decide again. Defaults to 30s.
 	DecisionTimeout time.Duration
@@ -62,6 +70,9 @@ func (c *CoreConfig) withDefaults() CoreConfig {
 	if out.LostAfter == 0 {
 		out.LostAfter = 30 * time.Second
 	}
+	if out.StartTimeout <= 0 {
+		out.StartTimeout = 5 * time.Minute
+	}
 	if out.DecisionTimeout <= 0 {
 		out.DecisionTimeout = 30 * time.Second
 	}
@@ -77,14 +88,19 @@ type hostState struct {
 	total    int // every device, healthy or not
 	used     int // GPUs of ledger jobs on the host
 	inflight int // GPUs of decisions not yet applied
-	info     wire.Host
+	// stray counts GPUs the worker says an attempt holds that the ledger
+	// does not place there (a job still ending after it was declared lost).
+	stray int
+	info  wire.Host
 }
 
-func (h *hostState) free() int { return max(h.capacity-h.used-h.inflight, 0) }
+func (h *hostState) free() int { return max(h.capacity-h.used-h.inflight-h.stray, 0) }
 
 type placement struct {
-	host string
-	gpus int
+	host    string
+	gpus    int
+	attempt int
+	running bool // the worker reported it started
 }
 
 type decision struct {
@@ -107,6 +123,7 @@ func NewCore(cfg CoreConfig) *Core {
 		unplaceableSince: map[string]time.Time{},
 		goneSince:        map[string]time.Time{},
 		lostSent:         map[string]time.Time{},
+		missingSince:     map[string]time.Time{},
 	}
 }
 
@@ -153,19 +170,26 @@ func (c *Core) Observe(s *ledger.State, cmd ledger.Command, res ledger.Result) {
 
 // index brings the queue and host usage in line with j's state.
 func (c *Core) index(j *ledger.Job) {
-	if p, ok := c.onHost[j.ID]; ok && (!j.State.OnHost() || p.host != j.Host) {
+	if p, ok := c.onHost[j.ID]; ok && (!j.State.OnHost() || p.host != j.Host || p.attempt != j.Attempt) {
 		if h := c.hosts[p.host]; h != nil {
 			h.used -= p.gpus
 		}
 		delete(c.onHost, j.ID)
+		delete(c.missingSince, j.ID)
 	}
 	if j.State.OnHost() {
-		if _, ok := c.onHost[j.ID]; !ok {
-			c.onHost[j.ID] = placement{host: j.Host, gpus: j.GPUs}
+		p, ok := c.onHost[j.ID]
+		if !ok {
+			p = placement{host: j.Host, gpus: j.GPUs, attempt: j.Attempt}
 			if h := c.hosts[j.Host]; h != nil {
 				h.used += j.GPUs
 			}
 		}
+		if running := j.State == ledger.StateRunning; running != p.running {
+			p.running = running
+			delete(c.missingSince, j.ID) // the grace restarts for the new state
+		}
+		c.onHost[j.ID] = p
 	}
 	if j.State == ledger.StatePending && c.inflight[j.ID] == nil {
 		c.queue.Push(QueueItem{Job: j.ID, Account: j.Account, Priority: j.Priority, SubmitSeq: j.SubmitSeq})
@@ -180,8 +204,9 @@ func (c *Core) index(j *ledger.Job) {
 	}
 }
 
-// SetHost records a host's latest heartbeat.
-func (c *Core) SetHost(h wire.Host) {
+// SetHost records a host's latest heartbeat, received at now. A running
+// attempt the heartbeat does not list starts its grace period as missing.
+func (c *Core) SetHost(h wire.Host, now time.Time) {
 	hs := c.hosts[h.Host]
 	if hs == nil {
 		hs = &hostState{name: h.Host}
@@ -198,7 +223,27 @@ func (c *Core) SetHost(h wire.Host) {
 		c.hosts[h.Host] = hs
 	}
 	hs.capacity, hs.total, hs.info = h.Capacity(), len(h.Devices), h
+	hs.stray = 0
+	for _, d := range h.Devices {
+		if p, ok := c.onHost[d.Job]; d.Job != "" && d.Healthy && (!ok || p.host != h.Host || p.attempt != d.Attempt) {
+			hs.stray++
+		}
+	}
 	delete(c.goneSince, h.Host)
+	listed := make(map[string]int, len(h.Running))
+	for _, r := range h.Running {
+		listed[r.Job] = r.Attempt
+	}
+	for job, p := range c.onHost {
+		if p.host != h.Host {
+			continue
+		}
+		if listed[job] == p.attempt {
+			delete(c.missingSince, job)
+		} else if _, ok := c.missingSince[job]; !ok {
+			c.missingSince[job] = now
+		}
+	}
 }
 
 // RemoveHost records that a host's heartbeat expired at time at.
@@ -356,30 +401,42 @@ func (c *Core) bestFit(gpus int) *hostState {
 	return best
 }
 
-// lost returns lost verdicts for attempts on hosts gone longer than LostAfter.
+// lost returns lost verdicts for attempts on hosts gone longer than
+// LostAfter, and for running attempts missing from their live host's
+// heartbeats for as long.
 func (c *Core) lost(s *ledger.State, now time.Time) []ledger.Command {
 	var out []ledger.Command
 	for job, p := range c.onHost {
+		var why string
 		if _, live := c.hosts[p.host]; live {
-			continue
-		}
-		since, known := c.goneSince[p.host]
-		if !known {
-			// The host was never seen by this scheduler (it took over while
-			// the host was already gone): start the grace period now.
-			since = now
-			c.goneSince[p.host] = now
-		}
-		if now.Sub(since) < c.cfg.LostAfter {
-			continue
+			since, missing := c.missingSince[job]
+			grace := c.cfg.LostAfter
+			if !p.running {
+				grace = c.cfg.StartTimeout
+			}
+			if !missing || now.Sub(since) < grace {
+				continue
+			}
+			why = fmt.Sprintf("host %s has not listed it among its attempts for %s", p.host, now.Sub(since).Round(time.Second))
+		} else {
+			since, known := c.goneSince[p.host]
+			if !known {
+				// The host was never seen by this scheduler (it took over
+				// while the host was already gone): start the grace now.
+				since = now
+				c.goneSince[p.host] = now
+			}
+			if now.Sub(since) < c.cfg.LostAfter {
+				continue
+			}
+			why = fmt.Sprintf("host %s stopped heartbeating %s ago", p.host, now.Sub(since).Round(time.Second))
 		}
 		if sent, ok := c.lostSent[job]; ok && now.Sub(sent) < c.cfg.DecisionTimeout {
 			continue // already published; waiting for the fold
 		}
 		if j := s.Jobs[job]; j != nil && j.State.OnHost() {
 			c.lostSent[job] = now
-			out = append(out, ledger.Lost{Job: job, Attempt: j.Attempt,
-				Reason: fmt.Sprintf("host %s stopped heartbeating %s ago", p.host, now.Sub(since).Round(time.Second))})
+			out = append(out, ledger.Lost{Job: job, Attempt: j.Attempt, Reason: why})
 		}
 	}
 	slices.SortFunc(out, func(a, b ledger.Command) int { return cmp.Compare(a.(ledger.Lost).Job, b.(ledger.Lost).Job) })

@@ -39,7 +39,7 @@ func (h *harness) host(name string, gpus int) {
 	for i := range gpus {
 		hb.Devices = append(hb.Devices, wire.Device{UUID: fmt.Sprintf("%s-%d", name, i), Healthy: true})
 	}
-	h.core.SetHost(hb)
+	h.core.SetHost(hb, h.l.Now)
 }
 
 func (h *harness) submit(account, id string, gpus, priority int) {
@@ -225,7 +225,7 @@ func BenchmarkDecide(b *testing.B) {
 			}
 			core := scheduler.NewCore(scheduler.CoreConfig{})
 			core.Load(s)
-			core.SetHost(wire.Host{Host: "h", Devices: []wire.Device{{UUID: "g", Healthy: true}}})
+			core.SetHost(wire.Host{Host: "h", Devices: []wire.Device{{UUID: "g", Healthy: true}}}, at)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				cmds := core.Decide(s, at)
@@ -244,5 +244,46 @@ func BenchmarkDecide(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+func TestLostWhenMissingFromHeartbeat(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, scheduler.CoreConfig{LostAfter: 10 * time.Second, StartTimeout: time.Minute})
+	h.l.Create("a", 100)
+	h.host("h1", 2)
+	h.submit("a", "run", 1, 0)
+	h.submit("a", "wait", 1, 0)
+	h.decide()
+	h.apply(ledger.Report{Type: ledger.ReportStarted, Host: "h1", Job: "run", Attempt: 1, Devices: []string{"h1-0"}})
+	beat := func(running ...string) {
+		hb := wire.Host{Host: "h1", Devices: []wire.Device{{UUID: "h1-0", Healthy: true}, {UUID: "h1-1", Healthy: true}}}
+		for _, j := range running {
+			hb.Running = append(hb.Running, wire.Running{Job: j, Attempt: 1})
+		}
+		h.core.SetHost(hb, h.l.Now)
+	}
+	beat("run") // listed; "wait" starts its StartTimeout
+	h.l.Advance(30 * time.Second)
+	if cmds := h.core.Decide(h.l.State, h.l.Now); len(cmds) != 0 {
+		t.Fatalf("listed running attempt, dispatched one within its timeout: %+v", cmds)
+	}
+	beat() // the worker restarted: neither is listed
+	h.l.Advance(10 * time.Second)
+	cmds := h.core.Decide(h.l.State, h.l.Now)
+	if len(cmds) != 1 || cmds[0].(ledger.Lost).Job != "run" {
+		t.Fatalf("after LostAfter: %+v, want only the running attempt lost", cmds)
+	}
+	h.apply(cmds[0])
+	h.l.Advance(20 * time.Second)
+	cmds = h.core.Decide(h.l.State, h.l.Now)
+	var lost []string
+	for _, c := range cmds {
+		if l, ok := c.(ledger.Lost); ok {
+			lost = append(lost, l.Job)
+		}
+	}
+	if len(lost) != 1 || lost[0] != "wait" {
+		t.Fatalf("after StartTimeout: %+v, want the dispatched attempt lost too", cmds)
 	}
 }

@@ -387,7 +387,7 @@ func (t *term) host(u HostUpdate) {
 		t.core.RemoveHost(u.Name, t.s.cfg.NowFunc())
 		return
 	}
-	t.core.SetHost(*u.Host)
+	t.core.SetHost(*u.Host, t.s.cfg.NowFunc())
 }
 
 // decide publishes the core's decisions onto the log. A decision that cannot

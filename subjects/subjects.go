@@ -30,6 +30,13 @@ const (
 	// duplicate window: the job id on a submission, the op id on an admin
 	// command, and a derived id on every effect and report.
 	MsgIDHeader = "Nats-Msg-Id"
+
+	// Headers of a job output chunk on gpuq.log.<job>.
+	LogAttemptHeader = "Gpuq-Attempt"   // the attempt that wrote it
+	LogStreamHeader  = "Gpuq-Stream"    // "stdout" or "stderr"; empty on the end marker
+	LogSeqHeader     = "Gpuq-Seq"       // the chunk's number within the attempt, from 1
+	LogEndHeader     = "Gpuq-End"       // on the last chunk of an attempt: how it ended
+	LogTruncHeader   = "Gpuq-Truncated" // the attempt wrote more than the cap; the rest was dropped
 )
 
 // Command kinds: the third token of a subject on the command stream.

@@ -18,10 +18,11 @@ const Version = 1
 const MaxMessageBytes = 1 << 20
 
 // Message is one message to publish: its subject, its de-duplication id
-// (the Nats-Msg-Id header) and its JSON body.
+// (the Nats-Msg-Id header), any other headers, and its body.
 type Message struct {
 	Subject string
 	MsgID   string
+	Header  map[string]string
 	Data    []byte
 }
 

@@ -191,6 +191,9 @@ func natsMsg(m wire.Message) *nats.Msg {
 	if m.MsgID != "" {
 		nm.Header.Set(subjects.MsgIDHeader, m.MsgID)
 	}
+	for k, v := range m.Header {
+		nm.Header.Set(k, v)
+	}
 	return nm
 }
 

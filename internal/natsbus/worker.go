@@ -1,0 +1,135 @@
+package natsbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpuq/gpuq/ledger"
+	"github.com/gpuq/gpuq/subjects"
+	"github.com/gpuq/gpuq/wire"
+	"github.com/gpuq/gpuq/worker"
+)
+
+// WorkerBus is one host's link to JetStream: its durable dispatch consumer,
+// its report subject, the logs stream and its heartbeat key. It implements
+// worker.Bus.
+type WorkerBus struct {
+	js    jetstream.JetStream
+	n     subjects.Names
+	host  string
+	hosts jetstream.KeyValue
+	// AckWait is how long a delivered order may go unacked before it is
+	// delivered again (the worker died before its started report was
+	// stored). Defaults to 30s.
+	AckWait time.Duration
+}
+
+// NewWorkerBus returns the bus of host. hosts is the hosts bucket.
+func NewWorkerBus(js jetstream.JetStream, n subjects.Names, host string, hosts jetstream.KeyValue) (*WorkerBus, error) {
+	if err := subjects.CheckToken("host", host); err != nil {
+		return nil, err
+	}
+	return &WorkerBus{js: js, n: n, host: host, hosts: hosts, AckWait: 30 * time.Second}, nil
+}
+
+// ConsumerName is the durable consumer a host's worker reads its orders with.
+func ConsumerName(host string) string { return "worker-" + host }
+
+// Orders creates (or updates) the host's durable consumer and delivers its
+// orders. An order not acked within AckWait is delivered again.
+func (b *WorkerBus) Orders(ctx context.Context) (<-chan worker.Order, error) {
+	cons, err := b.js.CreateOrUpdateConsumer(ctx, b.n.DispatchStream(), jetstream.ConsumerConfig{
+		Durable: ConsumerName(b.host), Description: "orders for worker " + b.host,
+		FilterSubject: b.n.Dispatch(b.host), AckPolicy: jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy, AckWait: b.AckWait,
+		MaxDeliver: -1, MaxAckPending: 64, InactiveThreshold: 0,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s on %s: %w", ConsumerName(b.host), b.n.DispatchStream(), err)
+	}
+	out := make(chan worker.Order)
+	it, err := cons.Messages(jetstream.PullMaxMessages(16))
+	if err != nil {
+		return nil, fmt.Errorf("read orders of %s: %w", b.host, err)
+	}
+	go func() {
+		<-ctx.Done()
+		it.Stop()
+	}()
+	go func() {
+		defer close(out)
+		for {
+			m, err := it.Next()
+			if err != nil {
+				return // stopped: ctx ended
+			}
+			eff, _, derr := wire.DecodeOrder(b.host, m.Data())
+			o := worker.Order{Effect: eff, Err: derr,
+				Ack:  func(ctx context.Context) error { return m.DoubleAck(ctx) },
+				Term: func(ctx context.Context, reason string) error { return m.TermWithReason(reason) },
+			}
+			select {
+			case out <- o:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// Report publishes r with its de-duplication id, retrying with exponential
+// backoff until the server has stored it or ctx ends.
+func (b *WorkerBus) Report(ctx context.Context, r ledger.Report) error {
+	msg, err := wire.EncodeReport(b.n, r)
+	if err != nil {
+		return err
+	}
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 50*time.Millisecond, 5*time.Second, 0
+	return backoff.Retry(func() error {
+		_, err := b.js.PublishMsg(ctx, natsMsg(msg), jetstream.WithExpectStream(b.n.CmdStream()))
+		if err != nil && ctx.Err() != nil {
+			return backoff.Permanent(ctx.Err())
+		}
+		return err
+	}, backoff.WithContext(bo, ctx))
+}
+
+// Log publishes one output chunk.
+func (b *WorkerBus) Log(ctx context.Context, c wire.LogChunk) error {
+	msg, err := wire.EncodeLogChunk(b.n, c)
+	if err != nil {
+		return err
+	}
+	_, err = b.js.PublishMsg(ctx, natsMsg(msg))
+	return err
+}
+
+// Beat writes the heartbeat to key <host> with a per-message TTL, so the key
+// disappears if the worker stops renewing it.
+func (b *WorkerBus) Beat(ctx context.Context, h wire.Host, ttl time.Duration) error {
+	data, err := wire.EncodeHost(h)
+	if err != nil {
+		return err
+	}
+	m := nats.NewMsg("$KV." + b.hosts.Bucket() + "." + subjects.HostKey(b.host))
+	m.Data = data
+	_, err = b.js.PublishMsg(ctx, m, jetstream.WithMsgTTL(ttl))
+	return err
+}
+
+// Leave deletes the heartbeat key.
+func (b *WorkerBus) Leave(ctx context.Context) error {
+	err := b.hosts.Delete(ctx, subjects.HostKey(b.host))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,72 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/gpuq/gpuq/subjects"
+)
+
+// LogChunk is one piece of a job's output on gpuq.log.<job>. The body is the
+// raw bytes the job wrote; the headers say which attempt and stream wrote
+// them and in what order. The last chunk of an attempt has End set, an empty
+// stream and, as its body, a line saying how the attempt ended.
+type LogChunk struct {
+	Job       string
+	Attempt   int
+	Stream    string // "stdout" or "stderr"; "" on the end marker
+	Seq       int    // from 1 within the attempt
+	Data      []byte
+	End       string // on the end marker: how the attempt ended, e.g. "exit 0"
+	Truncated bool   // set on the end marker when output past the cap was dropped
+}
+
+// Output streams.
+const (
+	Stdout = "stdout"
+	Stderr = "stderr"
+)
+
+// EncodeLogChunk returns the message carrying c.
+func EncodeLogChunk(n subjects.Names, c LogChunk) (Message, error) {
+	if err := subjects.CheckToken("job id", c.Job); err != nil {
+		return Message{}, err
+	}
+	if c.Attempt < 1 || c.Seq < 1 {
+		return Message{}, fmt.Errorf("log chunk of %s: attempt %d and seq %d must be ≥ 1", c.Job, c.Attempt, c.Seq)
+	}
+	if len(c.Data) > MaxMessageBytes-1024 {
+		return Message{}, fmt.Errorf("log chunk of %s is %d bytes, too large", c.Job, len(c.Data))
+	}
+	h := map[string]string{
+		subjects.LogAttemptHeader: strconv.Itoa(c.Attempt),
+		subjects.LogSeqHeader:     strconv.Itoa(c.Seq),
+	}
+	if c.Stream != "" {
+		h[subjects.LogStreamHeader] = c.Stream
+	}
+	if c.End != "" {
+		h[subjects.LogEndHeader] = c.End
+	}
+	if c.Truncated {
+		h[subjects.LogTruncHeader] = "true"
+	}
+	return Message{Subject: n.Log(c.Job), MsgID: fmt.Sprintf("log.%s.%d.%d", c.Job, c.Attempt, c.Seq), Header: h, Data: c.Data}, nil
+}
+
+// DecodeLogChunk reads a chunk from a message's subject token (job), headers
+// and body.
+func DecodeLogChunk(job string, header func(string) string, data []byte) (LogChunk, error) {
+	attempt, err1 := strconv.Atoi(header(subjects.LogAttemptHeader))
+	seq, err2 := strconv.Atoi(header(subjects.LogSeqHeader))
+	if err := errors.Join(err1, err2); err != nil || attempt < 1 || seq < 1 {
+		return LogChunk{}, fmt.Errorf("log chunk of %s: bad %s or %s header", job, subjects.LogAttemptHeader, subjects.LogSeqHeader)
+	}
+	c := LogChunk{Job: job, Attempt: attempt, Seq: seq, Data: data, Stream: header(subjects.LogStreamHeader),
+		End: header(subjects.LogEndHeader), Truncated: header(subjects.LogTruncHeader) == "true"}
+	if c.Stream != "" && c.Stream != Stdout && c.Stream != Stderr {
+		return LogChunk{}, fmt.Errorf("log chunk of %s: unknown stream %q", job, c.Stream)
+	}
+	return c, nil
+}

@@ -1,0 +1,161 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// ErrNotEnoughGPUs reports a claim the host cannot satisfy now.
+var ErrNotEnoughGPUs = errors.New("worker: not enough free GPUs")
+
+// Attempt names one dispatch of a job.
+type Attempt struct {
+	Job string
+	N   int
+}
+
+func (a Attempt) String() string { return fmt.Sprintf("%s attempt %d", a.Job, a.N) }
+
+// Claims is the worker's table of which attempt holds which GPU, and which
+// GPUs are unhealthy. It is the source of truth for what gpuq placed on the
+// host; the library only tells it about foreign use. Claims is safe for
+// concurrent use.
+type Claims struct {
+	gpu        GPU
+	maxUsedMiB int64
+
+	mu        sync.Mutex
+	holder    map[string]Attempt // uuid → attempt
+	unhealthy map[string]string  // uuid → reason
+}
+
+// NewClaims returns an empty claims table over gpu. A device with more than
+// maxUsedMiB of memory in use is busy.
+func NewClaims(gpu GPU, maxUsedMiB int64) *Claims {
+	return &Claims{gpu: gpu, maxUsedMiB: maxUsedMiB, holder: map[string]Attempt{}, unhealthy: map[string]string{}}
+}
+
+// why returns why d cannot be claimed now, or "" if it is free. Holds c.mu.
+func (c *Claims) why(d Device) string {
+	switch {
+	case d.Err != "":
+		return "query failed: " + d.Err
+	case c.unhealthy[d.UUID] != "":
+		return "unhealthy: " + c.unhealthy[d.UUID]
+	case d.MIG:
+		return "MIG mode is enabled"
+	case c.holder[d.UUID] != (Attempt{}):
+		return "claimed by " + c.holder[d.UUID].String()
+	case d.Processes < 0:
+		return "its compute processes cannot be read"
+	case d.Processes > 0:
+		return fmt.Sprintf("%d compute process(es) gpuq did not start", d.Processes)
+	case d.UsedMiB > c.maxUsedMiB:
+		return fmt.Sprintf("%d MiB of memory in use (more than %d)", d.UsedMiB, c.maxUsedMiB)
+	}
+	return ""
+}
+
+// Claim takes n free GPUs for a, all or none, from a fresh snapshot, and
+// returns their UUIDs in index order. A second claim by the same attempt
+// returns the GPUs it already holds. It returns an error wrapping
+// ErrNotEnoughGPUs, with why each other device was passed over, when fewer
+// than n are free.
+func (c *Claims) Claim(a Attempt, n int) ([]string, error) {
+	devs, err := c.gpu.Devices()
+	if err != nil {
+		return nil, fmt.Errorf("read the GPUs: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if held := c.heldLocked(a); len(held) > 0 {
+		return held, nil
+	}
+	var free []string
+	var passed []string
+	for _, d := range devs {
+		if reason := c.why(d); reason != "" {
+			passed = append(passed, d.UUID+": "+reason)
+			continue
+		}
+		free = append(free, d.UUID)
+	}
+	if len(free) < n {
+		return nil, fmt.Errorf("%s needs %d GPUs, %d of %d are free (%s): %w",
+			a, n, len(free), len(devs), strings.Join(passed, "; "), ErrNotEnoughGPUs)
+	}
+	free = free[:n]
+	for _, u := range free {
+		c.holder[u] = a
+	}
+	return free, nil
+}
+
+// Release frees every GPU a holds.
+func (c *Claims) Release(a Attempt) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for u, h := range c.holder {
+		if h == a {
+			delete(c.holder, u)
+		}
+	}
+}
+
+// Held returns the GPUs a holds, in UUID order.
+func (c *Claims) Held(a Attempt) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.heldLocked(a)
+}
+
+func (c *Claims) heldLocked(a Attempt) []string {
+	var out []string
+	for u, h := range c.holder {
+		if h == a {
+			out = append(out, u)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// MarkUnhealthy records that a device failed, for good, and returns the
+// attempt holding it, if any.
+func (c *Claims) MarkUnhealthy(uuid, reason string) (Attempt, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.unhealthy[uuid] == "" {
+		c.unhealthy[uuid] = reason
+	}
+	a, ok := c.holder[uuid]
+	return a, ok
+}
+
+// Status is one device with what the worker knows of it.
+type Status struct {
+	Device
+	Holder  Attempt // zero when not claimed
+	Why     string  // why it cannot be claimed now, "" when free
+	Healthy bool
+}
+
+// Snapshot reads the devices and reports each with its holder and, when it
+// cannot be claimed, why.
+func (c *Claims) Snapshot() ([]Status, error) {
+	devs, err := c.gpu.Devices()
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]Status, len(devs))
+	for i, d := range devs {
+		out[i] = Status{Device: d, Holder: c.holder[d.UUID], Why: c.why(d),
+			Healthy: d.Err == "" && c.unhealthy[d.UUID] == ""}
+	}
+	return out, nil
+}

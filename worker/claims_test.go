@@ -1,0 +1,133 @@
+// Claim tests against go-nvml's mock servers (through nvmlgpu.Simulate):
+// which devices count as free, all-or-nothing claims, and claims made
+// concurrently never sharing a device.
+package worker_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/gpuq/gpuq/internal/nvmlgpu"
+	"github.com/gpuq/gpuq/worker"
+)
+
+func simulate(t *testing.T, n int) (*nvmlgpu.GPU, []string) {
+	t.Helper()
+	g, err := nvmlgpu.Simulate("claims-"+t.Name(), "dgxh100", n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close() })
+	devs, err := g.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uuids []string
+	for _, d := range devs {
+		uuids = append(uuids, d.UUID)
+	}
+	return g, uuids
+}
+
+func TestClaimSkipsDevicesThatAreNotFree(t *testing.T) {
+	t.Parallel()
+	g, uuids := simulate(t, 5)
+	sim := g.Sim()
+	sim.SetProcesses(0, 1)    // a compute process gpuq did not start
+	sim.SetUsedMiB(1, 20_000) // memory in use
+	sim.SetMIG(2, true)       // MIG mode: never claimed whole
+	c := worker.NewClaims(g, 1024)
+	c.MarkUnhealthy(uuids[3], "Xid 79")
+
+	got, err := c.Claim(worker.Attempt{Job: "j", N: 1}, 1)
+	if err != nil || len(got) != 1 || got[0] != uuids[4] {
+		t.Fatalf("Claim(1) = %v, %v; want only the free device %s", got, err, uuids[4])
+	}
+	_, err = c.Claim(worker.Attempt{Job: "k", N: 1}, 1)
+	if !errors.Is(err, worker.ErrNotEnoughGPUs) {
+		t.Fatalf("second claim = %v, want ErrNotEnoughGPUs", err)
+	}
+	for _, why := range []string{"1 compute process(es)", "MiB of memory in use", "MIG mode", "unhealthy: Xid 79", "claimed by j attempt 1"} {
+		if !strings.Contains(err.Error(), why) {
+			t.Errorf("refusal %q does not say %q", err, why)
+		}
+	}
+	// The busy device frees up: it can be claimed again.
+	sim.SetProcesses(0, 0)
+	if got, err := c.Claim(worker.Attempt{Job: "k", N: 1}, 1); err != nil || got[0] != uuids[0] {
+		t.Errorf("after the process left: %v, %v", got, err)
+	}
+	// An unhealthy device is never offered again, and its holder is named.
+	if a, held := c.MarkUnhealthy(uuids[4], "Xid 48"); !held || a.Job != "j" {
+		t.Errorf("MarkUnhealthy of a claimed device = %v, %v", a, held)
+	}
+	c.Release(worker.Attempt{Job: "j", N: 1})
+	if _, err := c.Claim(worker.Attempt{Job: "m", N: 1}, 1); !errors.Is(err, worker.ErrNotEnoughGPUs) {
+		t.Errorf("claim after the only other device failed = %v", err)
+	}
+	snap, err := c.Snapshot()
+	if err != nil || snap[4].Healthy || !strings.Contains(snap[4].Why, "Xid 48") {
+		t.Errorf("snapshot of the failed device = %+v, %v", snap[4], err)
+	}
+}
+
+func TestClaimIsAllOrNothing(t *testing.T) {
+	t.Parallel()
+	g, _ := simulate(t, 4)
+	c := worker.NewClaims(g, 1024)
+	if _, err := c.Claim(worker.Attempt{Job: "a", N: 1}, 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Claim(worker.Attempt{Job: "b", N: 1}, 2); !errors.Is(err, worker.ErrNotEnoughGPUs) {
+		t.Fatalf("claim of 2 with 1 free = %v", err)
+	}
+	// The failed claim took nothing: the last device is still free.
+	if got, err := c.Claim(worker.Attempt{Job: "c", N: 1}, 1); err != nil || len(got) != 1 {
+		t.Errorf("claim of the last device = %v, %v", got, err)
+	}
+	// A repeated claim by the same attempt returns what it holds.
+	again, err := c.Claim(worker.Attempt{Job: "a", N: 1}, 3)
+	if err != nil || len(again) != 3 {
+		t.Errorf("repeated claim = %v, %v", again, err)
+	}
+}
+
+func TestConcurrentClaimsNeverOverlap(t *testing.T) {
+	t.Parallel()
+	g, _ := simulate(t, 8)
+	c := worker.NewClaims(g, 1024)
+	var mu sync.Mutex
+	owner := map[string]string{}
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := worker.Attempt{Job: fmt.Sprintf("j%d", i), N: 1}
+			for round := 0; round < 20; round++ {
+				got, err := c.Claim(a, 1+i%3)
+				if err != nil {
+					continue
+				}
+				mu.Lock()
+				for _, u := range got {
+					if o := owner[u]; o != "" {
+						t.Errorf("%s claimed by %s and %s at once", u, o, a.Job)
+					}
+					owner[u] = a.Job
+				}
+				mu.Unlock()
+				mu.Lock()
+				for _, u := range got {
+					delete(owner, u)
+				}
+				mu.Unlock()
+				c.Release(a)
+			}
+		}()
+	}
+	wg.Wait()
+}

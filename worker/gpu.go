@@ -1,0 +1,42 @@
+package worker
+
+import (
+	"context"
+	"errors"
+)
+
+// ErrNoNVML reports that no NVML library is available: the worker refuses to
+// start on real GPUs and says why; --simulate runs on go-nvml's mock devices
+// instead.
+var ErrNoNVML = errors.New("worker: NVML is unavailable")
+
+// GPU is the worker's view of its host's GPUs. internal/nvmlgpu implements
+// it over go-nvml, on a real driver or on go-nvml's mock servers.
+type GPU interface {
+	// Devices returns a fresh snapshot of every device, in index order.
+	Devices() ([]Device, error)
+	// WatchHealth calls unhealthy for each critical error the library
+	// reports on a device (an Xid critical error), until ctx ends or the
+	// library's event wait fails; it returns then. A library without event
+	// support returns nil at once.
+	WatchHealth(ctx context.Context, unhealthy func(uuid, reason string)) error
+	// Simulated reports whether the devices are go-nvml mock devices rather
+	// than hardware.
+	Simulated() bool
+	// Close releases the library.
+	Close() error
+}
+
+// Device is one GPU as the library saw it when asked.
+type Device struct {
+	Index     int
+	UUID      string // "GPU-…"; what CUDA_VISIBLE_DEVICES lists
+	Model     string
+	MemoryMiB int64 // total memory
+	UsedMiB   int64 // memory in use
+	// Processes is the number of compute processes on the device, or -1
+	// when the library could not tell (treated as busy).
+	Processes int
+	MIG       bool   // MIG mode is enabled: never claimed whole
+	Err       string // a query of the device failed; never claimed
+}

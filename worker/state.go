@@ -1,0 +1,78 @@
+package worker
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// startedLog remembers, on local disk, every attempt this host has started,
+// so that after a restart a redelivered dispatch of an attempt that already
+// ran here is not run a second time. (That attempt shows up missing from the
+// new heartbeat, and the scheduler declares it lost and retries it.)
+type startedLog struct {
+	path string
+	keep time.Duration
+
+	mu      sync.Mutex
+	started map[string]time.Time // "job/attempt" → when it started
+}
+
+func startedKey(a Attempt) string { return fmt.Sprintf("%s/%d", a.Job, a.N) }
+
+// openStartedLog reads the log at path, creating its directory. Entries older
+// than keep are dropped: no dispatch is redelivered that late.
+func openStartedLog(path string, keep time.Duration) (*startedLog, error) {
+	l := &startedLog{path: path, keep: keep, started: map[string]time.Time{}}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("worker state directory: %w", err)
+	}
+	data, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return l, nil
+	case err != nil:
+		return nil, fmt.Errorf("read worker state %s: %w", path, err)
+	}
+	if err := json.Unmarshal(data, &l.started); err != nil {
+		return nil, fmt.Errorf("worker state %s is corrupt (%v); move it away to start afresh", path, err)
+	}
+	return l, nil
+}
+
+// has reports whether a was started here before.
+func (l *startedLog) has(a Attempt) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.started[startedKey(a)]
+	return ok
+}
+
+// add records that a starts now, on disk, before it is reported started.
+func (l *startedLog) add(a Attempt, now time.Time) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.started[startedKey(a)] = now
+	for k, at := range l.started {
+		if now.Sub(at) > l.keep {
+			delete(l.started, k)
+		}
+	}
+	data, err := json.Marshal(l.started)
+	if err != nil {
+		return err
+	}
+	tmp := l.path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return fmt.Errorf("write worker state: %w", err)
+	}
+	if err := os.Rename(tmp, l.path); err != nil {
+		return fmt.Errorf("write worker state: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,516 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/gpuq/gpuq/ledger"
+	"github.com/gpuq/gpuq/subjects"
+	"github.com/gpuq/gpuq/wire"
+)
+
+// Order is one message from the host's dispatch subject.
+type Order struct {
+	// Effect is a ledger.DispatchOrder or a ledger.CancelOrder; nil when
+	// the message could not be decoded, and then Err says why.
+	Effect ledger.Effect
+	Err    error
+	// Ack removes the order from the work queue, confirmed by the server.
+	Ack func(ctx context.Context) error
+	// Term removes an order that can never be handled.
+	Term func(ctx context.Context, reason string) error
+}
+
+// Bus is the worker's link to JetStream. internal/natsbus implements it.
+type Bus interface {
+	// Orders delivers the host's orders, oldest first, until ctx ends.
+	Orders(ctx context.Context) (<-chan Order, error)
+	// Report publishes r and returns once the server has stored it,
+	// retrying with backoff; it fails only when ctx ends.
+	Report(ctx context.Context, r ledger.Report) error
+	// Log publishes one chunk of a job's output.
+	Log(ctx context.Context, c wire.LogChunk) error
+	// Beat writes the host's heartbeat, to expire after ttl.
+	Beat(ctx context.Context, h wire.Host, ttl time.Duration) error
+	// Leave removes the heartbeat: the host is gone.
+	Leave(ctx context.Context) error
+}
+
+// Config configures a [Worker]. Host, GPU and Bus are required; every other
+// field's zero value means its default.
+type Config struct {
+	Host string // this host's name, a subject token
+	GPU  GPU
+	Bus  Bus
+
+	// Logger receives the worker's logs. Defaults to discarding them.
+	Logger *slog.Logger
+	// StateDir holds the record of attempts started here. Defaults to
+	// <tmp>/gpuq-worker-<host>.
+	StateDir string
+	// WorkDir is the jobs' working directory. Defaults to the worker's.
+	WorkDir string
+	// HeartbeatInterval is how often the worker writes its heartbeat.
+	// Defaults to 2s.
+	HeartbeatInterval time.Duration
+	// HeartbeatTTL is how long a heartbeat lasts without renewal: whole
+	// seconds, at least twice HeartbeatInterval. Defaults to 10s.
+	HeartbeatTTL time.Duration
+	// MaxUsedMiB is the memory a device may have in use and still count as
+	// free (the driver's own context uses some). Defaults to 1024.
+	MaxUsedMiB int64
+	// KillGrace is how long a stopped job has between SIGTERM and SIGKILL.
+	// Defaults to 10s.
+	KillGrace time.Duration
+	// DrainTimeout is how long a stopping worker lets running jobs finish
+	// before stopping them. Defaults to 5m.
+	DrainTimeout time.Duration
+	// ReportTimeout bounds the retries of a report once the worker is
+	// stopping. Defaults to 30s.
+	ReportTimeout time.Duration
+	// MaxLogBytes caps the output kept per attempt. Defaults to 16 MiB.
+	MaxLogBytes int
+	// LogChunkBytes and LogFlush bound a log chunk's size and age.
+	// Default to 64 KiB and 200ms.
+	LogChunkBytes int
+	LogFlush      time.Duration
+}
+
+func (c *Config) validate() error {
+	if err := subjects.CheckToken("host", c.Host); err != nil {
+		return fmt.Errorf("worker: Config.Host: %w", err)
+	}
+	if c.GPU == nil || c.Bus == nil {
+		return errors.New("worker: Config.GPU and Config.Bus are required")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.StateDir == "" {
+		c.StateDir = filepath.Join(os.TempDir(), "gpuq-worker-"+c.Host)
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = 2 * time.Second
+	}
+	if c.HeartbeatTTL == 0 {
+		c.HeartbeatTTL = 10 * time.Second
+	}
+	if c.HeartbeatTTL%time.Second != 0 || c.HeartbeatTTL < 2*c.HeartbeatInterval || c.HeartbeatTTL < time.Second {
+		return fmt.Errorf("worker: HeartbeatTTL %v must be whole seconds, at least 1s and at least twice HeartbeatInterval %v", c.HeartbeatTTL, c.HeartbeatInterval)
+	}
+	if c.MaxUsedMiB <= 0 {
+		c.MaxUsedMiB = 1024
+	}
+	if c.KillGrace <= 0 {
+		c.KillGrace = 10 * time.Second
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = 5 * time.Minute
+	}
+	if c.ReportTimeout <= 0 {
+		c.ReportTimeout = 30 * time.Second
+	}
+	if c.MaxLogBytes <= 0 {
+		c.MaxLogBytes = 16 << 20
+	}
+	if c.LogChunkBytes <= 0 || c.LogChunkBytes > 512<<10 {
+		c.LogChunkBytes = 64 << 10
+	}
+	if c.LogFlush <= 0 {
+		c.LogFlush = 200 * time.Millisecond
+	}
+	return nil
+}
+
+// Worker runs the jobs dispatched to one host: it claims their GPUs, runs
+// each as a child process group, reports started and done, streams output,
+// and heartbeats the host's devices and running attempts.
+type Worker struct {
+	cfg    Config
+	log    *slog.Logger
+	claims *Claims
+	state  *startedLog
+	abort  chan struct{}
+	once   sync.Once
+
+	mu      sync.Mutex
+	running map[Attempt]*attempt
+	drain   bool
+	wg      sync.WaitGroup
+}
+
+// attempt is one attempt from its started report until its done report is
+// stored. It stays in the heartbeat all that time.
+type attempt struct {
+	spec   Spec
+	proc   *process
+	cancel string // why it was asked to stop before it started, if so
+	infra  bool
+}
+
+// New returns a worker, or an error naming the first bad field of cfg.
+func New(cfg Config) (*Worker, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	state, err := openStartedLog(filepath.Join(cfg.StateDir, "started.json"), 8*24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	return &Worker{cfg: cfg, log: cfg.Logger.With("component", "worker", "worker", cfg.Host),
+		claims: NewClaims(cfg.GPU, cfg.MaxUsedMiB), state: state, abort: make(chan struct{}),
+		running: map[Attempt]*attempt{}}, nil
+}
+
+// Abort stops the worker at once: running jobs are killed without their
+// grace period. It is what a second signal does. Run still returns only
+// after their reports are sent (or ReportTimeout passes).
+func (w *Worker) Abort() { w.once.Do(func() { close(w.abort) }) }
+
+// Run takes orders until ctx ends, then drains: it takes no new work,
+// heartbeats as draining, lets running jobs finish for up to DrainTimeout,
+// stops the rest (reported as infrastructure failures, so they are retried
+// and not charged), removes its heartbeat and returns. Run returns an error
+// only when it cannot start.
+func (w *Worker) Run(ctx context.Context) error {
+	bg, stopBg := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBg()
+	orderCtx, stopOrders := context.WithCancel(ctx)
+	defer stopOrders()
+	orders, err := w.cfg.Bus.Orders(orderCtx)
+	if err != nil {
+		return fmt.Errorf("worker %s: take orders: %w", w.cfg.Host, err)
+	}
+	if devs, err := w.cfg.GPU.Devices(); err != nil {
+		return fmt.Errorf("worker %s: read the GPUs: %w", w.cfg.Host, err)
+	} else {
+		w.log.InfoContext(ctx, "worker started", slog.Int("gpus", len(devs)), slog.Bool("simulated", w.cfg.GPU.Simulated()))
+	}
+	var side sync.WaitGroup
+	side.Add(2)
+	go func() {
+		defer side.Done()
+		w.heartbeat(bg)
+	}()
+	go func() {
+		defer side.Done()
+		if err := w.cfg.GPU.WatchHealth(bg, w.unhealthy); err != nil {
+			w.log.Error("GPU health watch ended; every device is treated as unhealthy", slog.Any("err", err))
+		}
+	}()
+
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-w.abort:
+			break loop
+		case o, ok := <-orders:
+			if !ok {
+				break loop
+			}
+			w.handle(bg, o)
+		}
+	}
+	stopOrders()
+	w.mu.Lock()
+	w.drain = true
+	w.mu.Unlock()
+	w.beat(bg)
+	w.drainJobs()
+	w.wg.Wait()
+	lctx, cancel := context.WithTimeout(bg, w.cfg.ReportTimeout)
+	if err := w.cfg.Bus.Leave(lctx); err != nil {
+		w.log.Warn("remove the heartbeat", slog.Any("err", err))
+	}
+	cancel()
+	stopBg()
+	side.Wait()
+	w.log.Info("worker stopped")
+	return nil
+}
+
+// drainJobs waits for running jobs up to DrainTimeout, then stops them.
+func (w *Worker) drainJobs() {
+	deadline := time.NewTimer(w.cfg.DrainTimeout)
+	defer deadline.Stop()
+	done := make(chan struct{})
+	go func() {
+		w.wg.Wait()
+		close(done)
+	}()
+	if n := w.count(); n > 0 {
+		w.log.Info("draining", slog.Int("running", n), slog.Duration("timeout", w.cfg.DrainTimeout))
+	}
+	select {
+	case <-done:
+		return
+	case <-deadline.C:
+		w.stopAll("the worker drained past its timeout", false)
+	case <-w.abort:
+		w.stopAll("the worker was stopped", true)
+	}
+	select {
+	case <-done:
+	case <-w.abort:
+		w.stopAll("the worker was stopped", true)
+	}
+}
+
+func (w *Worker) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.running)
+}
+
+// stopAll stops every running attempt as an infrastructure failure.
+func (w *Worker) stopAll(reason string, now bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, a := range w.running {
+		a.stop(reason, true, now)
+	}
+}
+
+// stop asks the attempt's process to end, or marks it so it ends as soon as
+// it starts. Holds w.mu.
+func (a *attempt) stop(reason string, infra, now bool) {
+	if a.proc == nil {
+		if a.cancel == "" {
+			a.cancel, a.infra = reason, infra
+		}
+		return
+	}
+	if now {
+		a.proc.kill(reason, infra)
+	} else {
+		a.proc.stop(reason, infra)
+	}
+}
+
+// handle acts on one order. Orders are handled one at a time, in order; a
+// dispatch is acked only once its started or rejected report is stored.
+func (w *Worker) handle(ctx context.Context, o Order) {
+	if o.Err != nil {
+		w.log.Error("undecodable order; dropping it", slog.Any("err", o.Err))
+		if err := o.Term(ctx, o.Err.Error()); err != nil {
+			w.log.Warn("drop the undecodable order", slog.Any("err", err))
+		}
+		return
+	}
+	switch ord := o.Effect.(type) {
+	case ledger.DispatchOrder:
+		if !w.dispatch(ctx, ord) {
+			return // not acked: the order comes back to this or the next process
+		}
+	case ledger.CancelOrder:
+		w.cancelOrder(ord)
+	}
+	if err := o.Ack(ctx); err != nil {
+		// The order will be redelivered; the attempt is known by then.
+		w.log.Warn("ack an order", slog.Any("err", err))
+	}
+}
+
+func (w *Worker) cancelOrder(o ledger.CancelOrder) {
+	a := Attempt{o.Job, o.Attempt}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r := w.running[a]; r != nil {
+		w.log.Info("cancelling", slog.String("job_id", a.Job), slog.Int("attempt", a.N))
+		r.stop("cancelled", false, false)
+	}
+}
+
+// dispatch claims, reports and starts one attempt. It returns false when the
+// order must not be acked: the worker is stopping and could not store the
+// attempt's started or rejected report.
+func (w *Worker) dispatch(ctx context.Context, o ledger.DispatchOrder) bool {
+	a := Attempt{o.Job, o.Attempt}
+	log := w.log.With(slog.String("job_id", a.Job), slog.Int("attempt", a.N))
+	w.mu.Lock()
+	_, known := w.running[a]
+	for other, r := range w.running {
+		if other.Job == a.Job && other.N < a.N {
+			log.Warn("a newer attempt supersedes a running one", slog.Int("old_attempt", other.N))
+			r.stop(fmt.Sprintf("superseded by attempt %d", a.N), true, false)
+		}
+	}
+	w.mu.Unlock()
+	if known {
+		return true // redelivered while running: it is already here
+	}
+	if w.state.has(a) {
+		// This host took the attempt before a restart. Whatever became of
+		// it, running it again could run it twice: refuse it, so a
+		// dispatched attempt is retried now, and a running one is found
+		// missing from the heartbeat and declared lost.
+		log.Warn("dispatch of an attempt this host took before a restart; refusing to run it twice")
+		return w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N,
+			Reason: "the worker restarted after taking this attempt; it is not run twice"})
+	}
+	devs, err := w.claims.Claim(a, o.GPUs)
+	if err != nil {
+		log.Warn("cannot start", slog.Any("err", err))
+		return w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Reason: truncate(err.Error())})
+	}
+	if err := w.state.add(a, time.Now()); err != nil {
+		w.claims.Release(a)
+		return w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Reason: truncate(err.Error())})
+	}
+	r := &attempt{spec: Spec{Attempt: a, Account: o.Account, Command: o.Command, Env: o.Env, Devices: devs,
+		Walltime: o.Walltime, Dir: w.cfg.WorkDir}}
+	w.mu.Lock()
+	w.running[a] = r
+	w.mu.Unlock()
+	if !w.report(ctx, ledger.Report{Type: ledger.ReportStarted, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Devices: devs}) {
+		// Stopping, and the ledger does not know the attempt started: do
+		// not start it. The unacked order comes back to the next process,
+		// which refuses it (the attempt is in this host's record), so the
+		// scheduler retries it.
+		w.claims.Release(a)
+		w.mu.Lock()
+		delete(w.running, a)
+		w.mu.Unlock()
+		return false
+	}
+	log.Info("starting", slog.Any("gpu_uuid", devs))
+	w.wg.Add(1)
+	go w.run(ctx, r)
+	return true
+}
+
+// run runs one attempt to its end and reports it.
+func (w *Worker) run(ctx context.Context, r *attempt) {
+	defer w.wg.Done()
+	a := r.spec.Attempt
+	out := newOutput(w, ctx, a)
+	proc, err := startProcess(r.spec, out.stdout, out.stderr, w.cfg.KillGrace)
+	var o Outcome
+	if err != nil {
+		out.note(fmt.Sprintf("gpuq: cannot start %q: %v\n", r.spec.Command[0], err))
+		o = Outcome{ExitCode: 127}
+	} else {
+		w.mu.Lock()
+		r.proc = proc
+		pending, infra := r.cancel, r.infra
+		w.mu.Unlock()
+		if pending != "" {
+			proc.stop(pending, infra)
+		}
+		o = proc.wait(r.spec.Walltime)
+	}
+	out.close(o)
+	rep := ledger.Report{Type: ledger.ReportDone, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, ExitCode: o.ExitCode, Runtime: o.Runtime}
+	if o.Infra {
+		rep.Infra = truncate(o.Stopped)
+	}
+	w.log.Info("ended", slog.String("job_id", a.Job), slog.Int("attempt", a.N), slog.Int("exit_code", o.ExitCode),
+		slog.Duration("runtime", o.Runtime), slog.String("stopped", o.Stopped))
+	w.report(ctx, rep)
+	w.claims.Release(a)
+	w.mu.Lock()
+	delete(w.running, a)
+	w.mu.Unlock()
+}
+
+// report sends r, retrying until it is stored, and reports whether it was.
+// While the worker runs it retries for as long as it takes; once it is
+// stopping, for ReportTimeout.
+func (w *Worker) report(ctx context.Context, r ledger.Report) bool {
+	w.mu.Lock()
+	stopping := w.drain
+	w.mu.Unlock()
+	if stopping {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, w.cfg.ReportTimeout)
+		defer cancel()
+	}
+	if err := w.cfg.Bus.Report(ctx, r); err != nil {
+		w.log.Error("report not stored; the scheduler will find the attempt lost", slog.String("job_id", r.Job),
+			slog.Int("attempt", r.Attempt), slog.String("type", string(r.Type)), slog.Any("err", err))
+		return false
+	}
+	return true
+}
+
+// unhealthy handles a device failure: the device is never offered again,
+// and a job on it ends as an infrastructure failure.
+func (w *Worker) unhealthy(uuid, reason string) {
+	a, held := w.claims.MarkUnhealthy(uuid, reason)
+	w.log.Error("GPU unhealthy", slog.String("gpu_uuid", uuid), slog.String("reason", reason))
+	if !held {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r := w.running[a]; r != nil {
+		r.stop(fmt.Sprintf("%s on %s", reason, uuid), true, false)
+	}
+}
+
+// heartbeat writes the heartbeat every interval until ctx ends.
+func (w *Worker) heartbeat(ctx context.Context) {
+	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		w.beat(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// beat writes one heartbeat: every device with its state and holder, and the
+// running attempts.
+func (w *Worker) beat(ctx context.Context) {
+	h := w.Host()
+	bctx, cancel := context.WithTimeout(ctx, w.cfg.HeartbeatInterval)
+	defer cancel()
+	if err := w.cfg.Bus.Beat(bctx, h, w.cfg.HeartbeatTTL); err != nil && ctx.Err() == nil {
+		w.log.Warn("heartbeat", slog.Any("err", err))
+	}
+}
+
+// Host returns the heartbeat the worker would write now.
+func (w *Worker) Host() wire.Host {
+	h := wire.Host{Host: w.cfg.Host, Simulated: w.cfg.GPU.Simulated(), Time: time.Now()}
+	snap, err := w.claims.Snapshot()
+	if err != nil {
+		w.log.Error("read the GPUs for the heartbeat; offering none", slog.Any("err", err))
+	}
+	for _, s := range snap {
+		d := wire.Device{UUID: s.UUID, Model: s.Model, MemoryMiB: s.MemoryMiB, Healthy: s.Healthy,
+			Job: s.Holder.Job, Attempt: s.Holder.N}
+		if s.Holder == (Attempt{}) && s.Why != "" {
+			d.Busy, d.Reason = s.Healthy, s.Why
+		}
+		h.Devices = append(h.Devices, d)
+	}
+	w.mu.Lock()
+	h.Draining = w.drain
+	for a := range w.running {
+		h.Running = append(h.Running, wire.Running{Job: a.Job, Attempt: a.N})
+	}
+	w.mu.Unlock()
+	sort.Slice(h.Running, func(i, j int) bool { return h.Running[i].Job < h.Running[j].Job })
+	return h
+}
+
+func truncate(s string) string {
+	if len(s) > ledger.MaxReasonBytes {
+		return s[:ledger.MaxReasonBytes-3] + "..."
+	}
+	return s
+}
