@@ -120,6 +120,25 @@ func FuzzDecodeHost(f *testing.F) {
 	})
 }
 
+func FuzzDecodeLogChunk(f *testing.F) {
+	f.Fuzz(func(t *testing.T, attempt, seq, stream, end string, data []byte) {
+		h := map[string]string{subjects.LogAttemptHeader: attempt, subjects.LogSeqHeader: seq,
+			subjects.LogStreamHeader: stream, subjects.LogEndHeader: end}
+		c, err := wire.DecodeLogChunk("job-1", func(k string) string { return h[k] }, data)
+		if err != nil {
+			return
+		}
+		msg, err := wire.EncodeLogChunk(n, c)
+		if err != nil {
+			t.Fatalf("decoded %+v but cannot encode it: %v", c, err)
+		}
+		again, err := wire.DecodeLogChunk("job-1", func(k string) string { return msg.Header[k] }, msg.Data)
+		if err != nil || again.Attempt != c.Attempt || again.Seq != c.Seq || again.Stream != c.Stream || again.End != c.End {
+			t.Fatalf("round trip of %+v gave %+v, %v", c, again, err)
+		}
+	})
+}
+
 // FuzzDecodeCommand fuzzes the subject too: whatever arrives on the command
 // stream either decodes to a valid command or yields a DecodeError whose
 // invalid-command stand-in can be published.
