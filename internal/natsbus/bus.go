@@ -131,6 +131,9 @@ func NewPublisher(js jetstream.JetStream) *Publisher {
 // client's default limit of 4000.
 const chunk = 1024
 
+// ackTimeout bounds the wait for a chunk's acknowledgements.
+const ackTimeout = 10 * time.Second
+
 // Publish publishes msgs in order and returns once the server has stored
 // each (a duplicate inside the window counts as stored).
 func (p *Publisher) Publish(ctx context.Context, msgs []wire.Message) error {
@@ -152,12 +155,17 @@ func (p *Publisher) publishChunk(ctx context.Context, msgs []wire.Message) error
 			futs[i] = f
 		}
 	}
+	timeout := time.NewTimer(ackTimeout)
+	defer timeout.Stop()
 	for i, f := range futs {
 		if f != nil {
 			select {
 			case <-f.Ok():
 				continue
 			case <-f.Err():
+			case <-timeout.C:
+				// No answer in time: publish the rest one by one. A message
+				// the server did store is acked again as a duplicate.
 			case <-ctx.Done():
 				return ctx.Err()
 			}

@@ -154,6 +154,9 @@ func (s *Store) rewind(ctx context.Context, st *ledger.State, kind, key string, 
 	return nil // created after the checkpoint: it did not exist then
 }
 
+// writeTimeout bounds the wait for a flush's acknowledgements.
+const writeTimeout = 10 * time.Second
+
 // Write stores each record with a compare-and-swap on the key's revision,
 // pipelining the writes and waiting for every acknowledgement. A record whose
 // stored version already carries its sequence or a later one is skipped: the
@@ -177,6 +180,8 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 		waits = append(waits, pending{r, f})
 	}
 	var errs []error
+	timeout := time.NewTimer(writeTimeout)
+	defer timeout.Stop()
 	for _, w := range waits {
 		select {
 		case ack := <-w.fut.Ok():
@@ -184,6 +189,9 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 			s.seqs[w.rec.Key] = w.rec.Seq
 		case err := <-w.fut.Err():
 			errs = append(errs, fmt.Errorf("write %s at revision %d: %w", w.rec.Key, s.revs[w.rec.Key], mapConflict(err)))
+		case <-timeout.C:
+			// The term ends; the next one reloads what was stored.
+			return fmt.Errorf("write %s: no acknowledgement within %v", w.rec.Key, writeTimeout)
 		case <-ctx.Done():
 			return ctx.Err()
 		}

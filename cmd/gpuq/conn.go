@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpuq/gpuq/client"
+	"github.com/gpuq/gpuq/subjects"
+)
+
+// connFlags are the connection settings every command shares.
+type connFlags struct {
+	url     string
+	creds   string
+	tlsCA   string
+	tlsCert string
+	tlsKey  string
+	prefix  string
+	timeout time.Duration
+}
+
+func (f *connFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.url, "nats", envOr("NATS_URL", nats.DefaultURL), "NATS server URL, or $NATS_URL")
+	fs.StringVar(&f.creds, "creds", os.Getenv("NATS_CREDS"), "NATS credentials file, or $NATS_CREDS")
+	fs.StringVar(&f.tlsCA, "tls-ca", "", "CA certificate file to verify the server with")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "client certificate file (with --tls-key)")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "client key file")
+	fs.StringVar(&f.prefix, "prefix", subjects.DefaultPrefix, "subject prefix of the gpuq installation")
+	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for the scheduler's answer")
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// names returns the installation's subject names.
+func (f *connFlags) names() (subjects.Names, error) {
+	n, err := subjects.New(f.prefix)
+	if err != nil {
+		return subjects.Names{}, usagef("--prefix: %v", err)
+	}
+	return n, nil
+}
+
+// options returns the NATS connection options for the flags.
+func (f *connFlags) options(name string) ([]nats.Option, error) {
+	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second)}
+	if f.creds != "" {
+		opts = append(opts, nats.UserCredentials(f.creds))
+	}
+	if f.tlsCA != "" || f.tlsCert != "" {
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+		if f.tlsCA != "" {
+			pem, err := os.ReadFile(f.tlsCA)
+			if err != nil {
+				return nil, fmt.Errorf("--tls-ca: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("--tls-ca %s holds no PEM certificate", f.tlsCA)
+			}
+			cfg.RootCAs = pool
+		}
+		if f.tlsCert != "" || f.tlsKey != "" {
+			cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
+			if err != nil {
+				return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+			}
+			cfg.Certificates = []tls.Certificate{cert}
+		}
+		opts = append(opts, nats.Secure(cfg))
+	}
+	return opts, nil
+}
+
+// connect opens a connection for a short-lived command.
+func (f *connFlags) connect(name string) (*nats.Conn, error) {
+	opts, err := f.options(name)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, nats.RetryOnFailedConnect(false), nats.Timeout(5*time.Second))
+	nc, err := nats.Connect(f.url, opts...)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoServers) {
+			return nil, fmt.Errorf("cannot reach NATS at %s: %w; start one with gpuq dev, or set --nats or $NATS_URL", f.url, err)
+		}
+		return nil, fmt.Errorf("connect to %s: %w", f.url, err)
+	}
+	return nc, nil
+}
+
+// session is an open connection with its client and JetStream context.
+type session struct {
+	nc *nats.Conn
+	js jetstream.JetStream
+	c  *client.Client
+	n  subjects.Names
+}
+
+func (e *env) session() (*session, error) {
+	n, err := e.conn.names()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := e.conn.connect("gpuq cli")
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	c, err := client.New(nc, client.WithPrefix(n.Prefix()), client.WithTimeout(e.conn.timeout))
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return &session{nc: nc, js: js, c: c, n: n}, nil
+}
+
+func (s *session) close() { s.nc.Close() }
+
+// ledgerKV opens the ledger bucket, with a message that says what to do if
+// it is not there.
+func (s *session) ledgerKV(ctx context.Context) (jetstream.KeyValue, error) {
+	kv, err := s.js.KeyValue(ctx, s.n.LedgerBucket())
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("no %s bucket: no scheduler has run against this server yet (start one with gpuq scheduler, or gpuq dev)", s.n.LedgerBucket())
+	}
+	return kv, err
+}
+
+func (s *session) hostsKV(ctx context.Context) (jetstream.KeyValue, error) {
+	kv, err := s.js.KeyValue(ctx, s.n.HostsBucket())
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("no %s bucket: no scheduler has run against this server yet (start one with gpuq scheduler, or gpuq dev)", s.n.HostsBucket())
+	}
+	return kv, err
+}

@@ -1,0 +1,342 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gpuq/gpuq/client"
+	"github.com/gpuq/gpuq/internal/natsstore"
+	"github.com/gpuq/gpuq/ledger"
+	"github.com/gpuq/gpuq/wire"
+)
+
+func init() {
+	register(&command{
+		name:    "submit",
+		summary: "submit a job: reserve its cost and queue it",
+		usage:   "submit [--id ID] [--account A] [--priority P] [--gpus N] [--cost C] [--walltime D] [--env K=V]... [--wait] -- CMD ARGS…",
+		example: `  gpuq submit --account vision --gpus 2 --cost 120 --walltime 2h -- python train.py --epochs 10
+  gpuq submit --id train-42 --account vision --gpus 1 --cost 10 --wait -- sh -c 'nvidia-smi -L'
+  # --id makes a retried submit safe: the same id and terms are one job
+  # --wait follows the job and exits 0 when it succeeds, 3 when it fails or is cancelled`,
+		run: runSubmit,
+	})
+	register(&command{
+		name:    "cancel",
+		summary: "cancel a job; a running one is stopped on its host and settled when its worker reports",
+		usage:   "cancel ID [--account A]",
+		example: `  gpuq cancel train-42`,
+		run:     runCancel,
+	})
+	register(&command{
+		name:    "jobs",
+		summary: "list jobs, newest first",
+		usage:   "jobs [--account A] [--state S] [--limit N]",
+		example: `  gpuq jobs --account vision --state pending
+  gpuq jobs --output json --limit 1000`,
+		run: runJobs,
+	})
+	register(&command{
+		name:    "job",
+		summary: "show one job: state, attempts, host, devices, reserved and charged credits, times",
+		usage:   "job ID",
+		example: `  gpuq job train-42
+  gpuq job train-42 --output json`,
+		run: runJob,
+	})
+}
+
+// envFlags collects repeated --env K=V flags.
+type envFlags map[string]string
+
+func (f envFlags) String() string { return fmt.Sprint(map[string]string(f)) }
+func (f envFlags) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want K=V, got %q", v)
+	}
+	f[k] = val
+	return nil
+}
+
+func runSubmit(ctx context.Context, e *env, args []string) error {
+	c := find("submit")
+	fs := e.flags(c)
+	s := ledger.Submit{}
+	env := envFlags{}
+	fs.StringVar(&s.ID, "id", "", "job id, the idempotency key (default: a fresh one)")
+	fs.StringVar(&s.Account, "account", os.Getenv("GPUQ_ACCOUNT"), "account to charge, or $GPUQ_ACCOUNT")
+	fs.IntVar(&s.Priority, "priority", 0, "priority, -1000 to 1000; higher runs first")
+	fs.IntVar(&s.GPUs, "gpus", 1, "GPUs the job needs")
+	cost := fs.Int64("cost", -1, "credits to reserve, charged on success (required)")
+	fs.DurationVar(&s.Walltime, "walltime", ledger.DefaultWalltime, "longest the job may run")
+	fs.IntVar(&s.MaxAttempts, "max-attempts", ledger.DefaultMaxAttempts, "attempts when a host is lost or fails")
+	fs.Var(env, "env", "an environment variable for the job, K=V (repeatable)")
+	wait := fs.Bool("wait", false, "follow the job until it ends")
+	cmd, err := e.parse(c, fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case s.Account == "":
+		return usagef("--account is required (or set $GPUQ_ACCOUNT)")
+	case *cost < 0:
+		return usagef("--cost is required: the credits to reserve for the job")
+	case len(cmd) == 0:
+		return usagef("give the command after --, as in: gpuq submit --cost 10 -- python train.py")
+	}
+	s.Cost, s.Command = ledger.Credits(*cost), cmd
+	if len(env) > 0 {
+		s.Env = env
+	}
+	if s.ID == "" {
+		s.ID = newID("job")
+	}
+	sess, err := e.session()
+	if err != nil {
+		return err
+	}
+	defer sess.close()
+	ev, err := sess.c.Submit(ctx, s)
+	var rej *client.RejectedError
+	if errors.As(err, &rej) {
+		if e.output == "json" && ev.Type != "" {
+			if perr := printJSON(e.stdout, ev); perr != nil {
+				return perr
+			}
+		}
+		return exitError{exitRejected, fmt.Errorf("job %s rejected (%s): %s", s.ID, rej.Reason, rej.Message)}
+	}
+	if err != nil {
+		return err
+	}
+	if !*wait {
+		if e.output == "json" {
+			return printJSON(e.stdout, ev)
+		}
+		fmt.Fprintf(e.stdout, "%s %s: %s\n", ev.Type, s.ID, ev.Message)
+		return nil
+	}
+	return follow(ctx, e, sess, s.Account, s.ID, ev.Seq)
+}
+
+// follow prints each event of a job as it happens until it ends, and
+// returns an exitError with exitJobFailed unless it succeeded.
+func follow(ctx context.Context, e *env, s *session, account, job string, fromSeq uint64) error {
+	final, err := s.c.Watch(ctx, account, job, fromSeq, func(ev wire.JobEvent) error {
+		if e.output == "json" {
+			return printJSON(e.stdout, ev)
+		}
+		fmt.Fprintf(e.stdout, "%s  %-16s %s\n", ev.Time.Local().Format("15:04:05"), ev.Type, eventLine(ev))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if e.output != "json" {
+		switch final.Type {
+		case ledger.EventSucceeded:
+			fmt.Fprintf(e.stdout, "job %s succeeded: charged %d, balance %d\n", job, final.Charged, final.Balance)
+		default:
+			fmt.Fprintf(e.stdout, "job %s %s (%s): nothing charged, balance %d\n", job, final.Type, final.Reason, final.Balance)
+		}
+	}
+	if final.Type != ledger.EventSucceeded {
+		return exitError{code: exitJobFailed, err: fmt.Errorf("job %s %s: %s", job, final.Type, final.Message)}
+	}
+	return nil
+}
+
+func eventLine(ev wire.JobEvent) string {
+	var parts []string
+	if ev.Message != "" {
+		parts = append(parts, ev.Message)
+	}
+	if ev.Reason != "" && ev.Type != ledger.EventAccepted {
+		parts = append(parts, "("+string(ev.Reason)+")")
+	}
+	if ev.Type == ledger.EventStarted && len(ev.Devices) > 0 {
+		parts = append(parts, "on "+strings.Join(ev.Devices, ","))
+	}
+	return strings.Join(parts, " ")
+}
+
+func runCancel(ctx context.Context, e *env, args []string) error {
+	c := find("cancel")
+	fs := e.flags(c)
+	account := fs.String("account", "", "the job's account (default: read from the job)")
+	pos, err := e.parse(c, fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("want one job id")
+	}
+	s, err := e.session()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if *account == "" {
+		j, err := s.c.Job(ctx, pos[0])
+		if errors.Is(err, client.ErrNotFound) {
+			return fmt.Errorf("no job %s", pos[0])
+		}
+		if err != nil {
+			return err
+		}
+		*account = j.Account
+	}
+	ev, err := s.c.Cancel(ctx, *account, pos[0])
+	var rej *client.RejectedError
+	if errors.As(err, &rej) {
+		return exitError{exitRejected, fmt.Errorf("cancel %s: %s (%s)", pos[0], rej.Message, rej.Reason)}
+	}
+	if err != nil {
+		return err
+	}
+	if e.output == "json" {
+		return printJSON(e.stdout, ev)
+	}
+	fmt.Fprintf(e.stdout, "%s %s: %s\n", ev.Type, pos[0], ev.Message)
+	return nil
+}
+
+// loadState reads the whole ledger view, as of its checkpoint.
+func loadState(ctx context.Context, s *session) (*ledger.State, error) {
+	kv, err := s.ledgerKV(ctx)
+	if err != nil {
+		return nil, err
+	}
+	view, err := natsstore.New(s.js, kv).Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return view.State, nil
+}
+
+// jobRow is a job as jobs lists it.
+type jobRow struct {
+	ID        string          `json:"id"`
+	Account   string          `json:"account"`
+	State     ledger.JobState `json:"state"`
+	Priority  int             `json:"priority"`
+	GPUs      int             `json:"gpus"`
+	Cost      ledger.Credits  `json:"cost"`
+	Held      ledger.Credits  `json:"held"`
+	Charged   ledger.Credits  `json:"charged"`
+	Attempt   int             `json:"attempt"`
+	Host      string          `json:"host"`
+	Reason    ledger.Reason   `json:"reason"`
+	Submitted time.Time       `json:"submitted_at"`
+}
+
+func runJobs(ctx context.Context, e *env, args []string) error {
+	c := find("jobs")
+	fs := e.flags(c)
+	account := fs.String("account", "", "only this account's jobs")
+	state := fs.String("state", "", "only jobs in this state: pending, dispatched, running, succeeded, failed, cancelled, rejected")
+	limit := fs.Int("limit", 50, "at most this many, newest first (0: all)")
+	if _, err := e.parse(c, fs, args); err != nil {
+		return err
+	}
+	s, err := e.session()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	st, err := loadState(ctx, s)
+	if err != nil {
+		return err
+	}
+	rows := []jobRow{}
+	for _, j := range st.Jobs {
+		if *account != "" && j.Account != *account || *state != "" && string(j.State) != *state {
+			continue
+		}
+		rows = append(rows, jobRow{ID: j.ID, Account: j.Account, State: j.State, Priority: j.Priority, GPUs: j.GPUs,
+			Cost: j.Cost, Held: j.Held, Charged: j.Charged, Attempt: j.Attempt, Host: j.Host, Reason: j.Reason, Submitted: j.SubmittedAt})
+	}
+	sort.Slice(rows, func(i, k int) bool {
+		if !rows[i].Submitted.Equal(rows[k].Submitted) {
+			return rows[i].Submitted.After(rows[k].Submitted)
+		}
+		return rows[i].ID > rows[k].ID
+	})
+	if *limit > 0 && len(rows) > *limit {
+		rows = rows[:*limit]
+	}
+	if e.output == "json" {
+		return printJSON(e.stdout, rows)
+	}
+	t := newTable(e.stdout, "JOB", "ACCOUNT", "STATE", "PRI", "GPUS", "COST", "CHARGED", "ATTEMPT", "HOST", "SUBMITTED", "REASON")
+	for _, r := range rows {
+		t.row(r.ID, r.Account, r.State, r.Priority, r.GPUs, r.Cost, r.Charged, r.Attempt, dash(r.Host), when(r.Submitted), dash(string(r.Reason)))
+	}
+	return t.flush()
+}
+
+func runJob(ctx context.Context, e *env, args []string) error {
+	c := find("job")
+	fs := e.flags(c)
+	pos, err := e.parse(c, fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("want one job id")
+	}
+	s, err := e.session()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	j, err := s.c.Job(ctx, pos[0])
+	if errors.Is(err, client.ErrNotFound) {
+		return fmt.Errorf("no job %s", pos[0])
+	}
+	if err != nil {
+		return err
+	}
+	if e.output == "json" {
+		return printJSON(e.stdout, j)
+	}
+	w := e.stdout
+	fmt.Fprintf(w, "job       %s\naccount   %s\nstate     %s", j.ID, j.Account, j.State)
+	if j.Reason != "" {
+		fmt.Fprintf(w, " (%s)", j.Reason)
+	}
+	fmt.Fprintln(w)
+	if j.Message != "" {
+		fmt.Fprintf(w, "why       %s\n", j.Message)
+	}
+	fmt.Fprintf(w, "command   %s\n", strings.Join(j.Command, " "))
+	fmt.Fprintf(w, "asks      %d GPUs, priority %d, walltime %v, %d attempts at most\n", j.GPUs, j.Priority, j.Walltime, j.MaxAttempts)
+	fmt.Fprintf(w, "credits   cost %d, reserved now %d, charged %d\n", j.Cost, j.Held, j.Charged)
+	if j.Attempt > 0 {
+		fmt.Fprintf(w, "attempt   %d on %s", j.Attempt, dash(j.Host))
+		if len(j.Devices) > 0 {
+			fmt.Fprintf(w, " with %s", strings.Join(j.Devices, ","))
+		}
+		fmt.Fprintln(w)
+	}
+	if j.ExitCode != nil {
+		fmt.Fprintf(w, "exit      %d after %v\n", *j.ExitCode, time.Duration(j.RuntimeMS)*time.Millisecond)
+	}
+	fmt.Fprintf(w, "times     submitted %s, dispatched %s, started %s, ended %s\n",
+		when(j.SubmittedAt), when(j.DispatchedAt), when(j.StartedAt), when(j.EndedAt))
+	if len(j.Attempts) > 0 {
+		fmt.Fprintln(w, "attempts:")
+		t := newTable(w, "  #", "HOST", "OUTCOME", "REASON", "ENDED", "MESSAGE")
+		for _, a := range j.Attempts {
+			t.row(fmt.Sprintf("  %d", a.N), a.Host, a.Outcome, dash(string(a.Reason)), when(a.EndedAt), dash(a.Message))
+		}
+		return t.flush()
+	}
+	return nil
+}

@@ -1,0 +1,203 @@
+// Command gpuq is the one binary of gpuq: the one-command development
+// start (gpuq dev), the scheduler and worker daemons, and the commands
+// people use every day to manage accounts, submit and follow jobs, and audit
+// the ledger. Run `gpuq help` for the list, and `gpuq <command> --help` for
+// each command's flags and examples.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// Exit codes, documented in `gpuq help`.
+const (
+	exitOK        = 0
+	exitFailure   = 1 // the command failed; the message says why
+	exitUsage     = 2 // bad flags or arguments
+	exitJobFailed = 3 // submit --wait: the job ended failed or cancelled
+	exitRejected  = 4 // the scheduler rejected the command (insufficient credits, …)
+	exitAudit     = 5 // audit found the journal and the ledger disagree
+)
+
+// command is one subcommand.
+type command struct {
+	name    string
+	summary string
+	usage   string // the lines after "usage: gpuq "
+	example string
+	run     func(ctx context.Context, e *env, args []string) error
+}
+
+var commands []*command
+
+func register(c *command) { commands = append(commands, c) }
+
+// usageError is a mistake in how a command was called.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// exitError carries a specific exit code with its message.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string { return e.err.Error() }
+func (e exitError) Unwrap() error { return e.err }
+
+// env is what every command gets: its output streams and the connection
+// settings shared by all commands.
+type env struct {
+	stdout, stderr io.Writer
+	conn           connFlags
+	output         string // "table" or "json"
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		if len(args) > 1 {
+			if c := find(args[1]); c != nil {
+				printCommandHelp(stdout, c, nil)
+				return exitOK
+			}
+		}
+		printHelp(stdout)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	c := find(args[0])
+	if c == nil {
+		fmt.Fprintf(stderr, "gpuq: unknown command %q; run gpuq help for the list\n", args[0])
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	e := &env{stdout: stdout, stderr: stderr}
+	err := c.run(ctx, e, args[1:])
+	var ue usageError
+	var ee exitError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "gpuq %s: %v\n", c.name, err)
+		fmt.Fprintf(stderr, "run gpuq %s --help for usage\n", c.name)
+		return exitUsage
+	case errors.As(err, &ee):
+		if ee.err != nil && ee.err.Error() != "" {
+			fmt.Fprintf(stderr, "gpuq %s: %v\n", c.name, ee.err)
+		}
+		return ee.code
+	default:
+		fmt.Fprintf(stderr, "gpuq %s: %v\n", c.name, err)
+		return exitFailure
+	}
+}
+
+func find(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func printHelp(w io.Writer) {
+	fmt.Fprint(w, `gpuq is a GPU credit scheduler on NATS JetStream.
+
+usage: gpuq <command> [flags] [arguments]
+
+Commands:
+`)
+	sorted := append([]*command(nil), commands...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].name < sorted[j].name })
+	for _, c := range sorted {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, `
+Start here: gpuq dev runs everything on this machine (embedded NATS, the
+scheduler and a worker on simulated GPUs) and prints commands to try.
+
+Every command takes --nats URL (or $NATS_URL, default nats://127.0.0.1:4222),
+--creds FILE (or $NATS_CREDS), --tls-ca, --tls-cert, --tls-key, --prefix and
+--output table|json. Run gpuq <command> --help for its flags and examples.
+
+Exit codes: 0 ok; 1 failure; 2 usage; 3 a job waited on with --wait ended
+failed or cancelled; 4 the scheduler rejected the command; 5 audit found a
+difference.
+`)
+}
+
+func printCommandHelp(w io.Writer, c *command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "%s\n\nusage: gpuq %s\n", c.summary, strings.ReplaceAll(c.usage, "\n", "\n       gpuq "))
+	if fs != nil {
+		fmt.Fprint(w, "\nflags:\n")
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+	}
+	if c.example != "" {
+		fmt.Fprintf(w, "\nexamples:\n%s\n", c.example)
+	}
+}
+
+// flags returns a flag set for c with the shared connection and output
+// flags; parse it with parse.
+func (e *env) flags(c *command) *flag.FlagSet {
+	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	e.conn.register(fs)
+	fs.StringVar(&e.output, "output", "table", "output format: table or json")
+	fs.Usage = func() {}
+	return fs
+}
+
+// parse parses args, flags and positional arguments in any order, and
+// returns the positional ones; everything after "--" is positional. It
+// prints c's help for --help.
+func (e *env) parse(c *command, fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				printCommandHelp(e.stdout, c, fs)
+				return nil, flag.ErrHelp
+			}
+			return nil, usageError{err.Error()}
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	if e.output != "table" && e.output != "json" {
+		return nil, usagef("--output %q: want table or json", e.output)
+	}
+	return pos, nil
+}

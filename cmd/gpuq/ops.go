@@ -1,0 +1,413 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpuq/gpuq/client"
+	"github.com/gpuq/gpuq/internal/natsstore"
+	"github.com/gpuq/gpuq/ledger"
+	"github.com/gpuq/gpuq/scheduler"
+	"github.com/gpuq/gpuq/subjects"
+	"github.com/gpuq/gpuq/wire"
+)
+
+func init() {
+	register(&command{
+		name:    "logs",
+		summary: "print a job's output; -f follows it until the attempt ends",
+		usage:   "logs [-f] [--attempt N] ID",
+		example: `  gpuq logs train-42
+  gpuq logs -f train-42          # follow the latest attempt until it ends`,
+		run: runLogs,
+	})
+	register(&command{
+		name:    "hosts",
+		summary: "list live GPU hosts: GPUs free, claimed, busy and unhealthy, simulated or real",
+		usage:   "hosts",
+		example: `  gpuq hosts
+  gpuq hosts --output json`,
+		run: runHosts,
+	})
+	register(&command{
+		name:    "why",
+		summary: "say every reason a pending job is not running",
+		usage:   "why ID",
+		example: `  gpuq why train-42`,
+		run:     runWhy,
+	})
+	register(&command{
+		name:    "audit",
+		summary: "recompute every balance from the journal and compare it with the ledger",
+		usage:   "audit",
+		example: `  gpuq audit            # exit 0 when they agree, 5 with every difference printed`,
+		run:     runAudit,
+	})
+}
+
+func runLogs(ctx context.Context, e *env, args []string) error {
+	c := find("logs")
+	fs := e.flags(c)
+	followFlag := fs.Bool("f", false, "follow the output until the attempt ends")
+	attempt := fs.Int("attempt", 0, "the attempt to show (default: the latest)")
+	pos, err := e.parse(c, fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("want one job id")
+	}
+	job := pos[0]
+	if err := subjects.CheckToken("job id", job); err != nil {
+		return usagef("%v", err)
+	}
+	s, err := e.session()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	want := *attempt
+	if want == 0 {
+		j, err := s.c.Job(ctx, job)
+		if errors.Is(err, client.ErrNotFound) {
+			return fmt.Errorf("no job %s", job)
+		}
+		if err != nil {
+			return err
+		}
+		if j.Attempt == 0 {
+			fmt.Fprintf(e.stderr, "job %s has not run yet (%s)\n", job, j.State)
+			return nil
+		}
+		want = j.Attempt
+	}
+	cons, err := s.js.OrderedConsumer(ctx, s.n.LogsStream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{s.n.Log(job)}})
+	if err != nil {
+		return err
+	}
+	var chunks []wire.LogChunk
+	for {
+		wait := 500 * time.Millisecond
+		if *followFlag {
+			wait = 5 * time.Second
+		}
+		batch, err := cons.Fetch(256, jetstream.FetchMaxWait(wait))
+		if err != nil {
+			return err
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			ch, err := wire.DecodeLogChunk(job, m.Headers().Get, m.Data())
+			if err != nil || ch.Attempt != want {
+				continue
+			}
+			if e.output == "json" {
+				chunks = append(chunks, ch)
+			} else if ch.End == "" {
+				if ch.Stream == wire.Stderr {
+					_, _ = e.stderr.Write(ch.Data) // the terminal went away; nothing to do
+				} else {
+					_, _ = e.stdout.Write(ch.Data)
+				}
+			}
+			if ch.End != "" {
+				if e.output == "json" {
+					return printJSON(e.stdout, chunks)
+				}
+				fmt.Fprintf(e.stderr, "gpuq: attempt %d ended: %s\n", ch.Attempt, ch.End)
+				return nil
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
+			return err
+		}
+		if got == 0 && !*followFlag {
+			if e.output == "json" {
+				return printJSON(e.stdout, chunks)
+			}
+			return nil // everything stored so far is printed; the attempt is still running
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// hostView is a host as hosts lists it.
+type hostView struct {
+	Host      string         `json:"host"`
+	Simulated bool           `json:"simulated"`
+	Draining  bool           `json:"draining"`
+	GPUs      int            `json:"gpus"`
+	Free      int            `json:"free"`
+	Claimed   int            `json:"claimed"`
+	Busy      int            `json:"busy"`
+	Unhealthy int            `json:"unhealthy"`
+	Model     string         `json:"model"`
+	Running   []wire.Running `json:"running"`
+	Seen      time.Time      `json:"seen"`
+	Devices   []wire.Device  `json:"devices"`
+}
+
+// readHosts reads every live heartbeat.
+func readHosts(ctx context.Context, s *session) ([]wire.Host, error) {
+	kv, err := s.hostsKV(ctx)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []wire.Host
+	for k := range keys.Keys() {
+		e, err := kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // it expired while we listed
+		}
+		if err != nil {
+			return nil, err
+		}
+		h, err := wire.DecodeHost(e.Value())
+		if err != nil {
+			continue
+		}
+		out = append(out, h)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Host < out[j].Host })
+	return out, nil
+}
+
+func runHosts(ctx context.Context, e *env, args []string) error {
+	c := find("hosts")
+	fs := e.flags(c)
+	if _, err := e.parse(c, fs, args); err != nil {
+		return err
+	}
+	s, err := e.session()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	hosts, err := readHosts(ctx, s)
+	if err != nil {
+		return err
+	}
+	views := []hostView{}
+	for _, h := range hosts {
+		v := hostView{Host: h.Host, Simulated: h.Simulated, Draining: h.Draining, GPUs: len(h.Devices), Running: h.Running, Seen: h.Time, Devices: h.Devices}
+		for _, d := range h.Devices {
+			v.Model = d.Model
+			switch {
+			case !d.Healthy:
+				v.Unhealthy++
+			case d.Job != "":
+				v.Claimed++
+			case d.Busy:
+				v.Busy++
+			default:
+				v.Free++
+			}
+		}
+		views = append(views, v)
+	}
+	if e.output == "json" {
+		return printJSON(e.stdout, views)
+	}
+	if len(views) == 0 {
+		fmt.Fprintln(e.stdout, "no live hosts: no worker is heartbeating (start one with gpuq worker, or gpuq dev)")
+		return nil
+	}
+	t := newTable(e.stdout, "HOST", "KIND", "MODEL", "GPUS", "FREE", "CLAIMED", "BUSY", "UNHEALTHY", "RUNNING", "SEEN")
+	for _, v := range views {
+		kind := "real"
+		if v.Simulated {
+			kind = "simulated"
+		}
+		if v.Draining {
+			kind += ", draining"
+		}
+		var run []string
+		for _, r := range v.Running {
+			run = append(run, fmt.Sprintf("%s#%d", r.Job, r.Attempt))
+		}
+		t.row(v.Host, kind, dash(v.Model), v.GPUs, v.Free, v.Claimed, v.Busy, v.Unhealthy, dash(strings.Join(run, ",")), when(v.Seen))
+	}
+	return t.flush()
+}
+
+func runWhy(ctx context.Context, e *env, args []string) error {
+	c := find("why")
+	fs := e.flags(c)
+	pos, err := e.parse(c, fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("want one job id")
+	}
+	s, err := e.session()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	st, err := loadState(ctx, s)
+	if err != nil {
+		return err
+	}
+	j := st.Jobs[pos[0]]
+	if j == nil {
+		return fmt.Errorf("no job %s", pos[0])
+	}
+	type answer struct {
+		Job      string              `json:"job"`
+		State    ledger.JobState     `json:"state"`
+		Reason   ledger.Reason       `json:"reason,omitempty"`
+		Message  string              `json:"message,omitempty"`
+		Blockers []scheduler.Blocker `json:"blockers"`
+	}
+	ans := answer{Job: j.ID, State: j.State, Reason: j.Reason, Message: j.Message, Blockers: []scheduler.Blocker{}}
+	if j.State == ledger.StatePending {
+		hosts, err := readHosts(ctx, s)
+		if err != nil {
+			return err
+		}
+		blockers, err := scheduler.Explain(st, hosts, j.ID, time.Now())
+		if err != nil {
+			return err
+		}
+		ans.Blockers = append(ans.Blockers, blockers...)
+	}
+	if e.output == "json" {
+		return printJSON(e.stdout, ans)
+	}
+	switch {
+	case j.State != ledger.StatePending:
+		fmt.Fprintf(e.stdout, "job %s is %s", j.ID, j.State)
+		if j.Message != "" {
+			fmt.Fprintf(e.stdout, ": %s", j.Message)
+		}
+		fmt.Fprintln(e.stdout)
+	case len(ans.Blockers) == 0:
+		fmt.Fprintf(e.stdout, "job %s is pending and nothing holds it back: the next decision dispatches it\n", j.ID)
+	default:
+		fmt.Fprintf(e.stdout, "job %s is pending because:\n", j.ID)
+		for _, b := range ans.Blockers {
+			fmt.Fprintf(e.stdout, "  - %s [%s]\n", b.Message, b.Kind)
+		}
+	}
+	return nil
+}
+
+// auditReport is what audit found.
+type auditReport struct {
+	Checkpoint  uint64   `json:"checkpoint"`
+	Accounts    int      `json:"accounts"`
+	Entries     int      `json:"entries"`
+	OK          bool     `json:"ok"`
+	Differences []string `json:"differences"`
+}
+
+func runAudit(ctx context.Context, e *env, args []string) error {
+	c := find("audit")
+	fs := e.flags(c)
+	if _, err := e.parse(c, fs, args); err != nil {
+		return err
+	}
+	s, err := e.session()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	kv, err := s.ledgerKV(ctx)
+	if err != nil {
+		return err
+	}
+	view, err := natsstore.New(s.js, kv).Load(ctx)
+	if err != nil {
+		return err
+	}
+	rep, err := audit(ctx, s, view)
+	if err != nil {
+		return err
+	}
+	if e.output == "json" {
+		if err := printJSON(e.stdout, rep); err != nil {
+			return err
+		}
+	} else if rep.OK {
+		fmt.Fprintf(e.stdout, "audit ok: %d accounts agree with %d journal entries up to command %d\n", rep.Accounts, rep.Entries, rep.Checkpoint)
+	} else {
+		fmt.Fprintf(e.stdout, "audit FAILED: %d differences up to command %d:\n", len(rep.Differences), rep.Checkpoint)
+		for _, d := range rep.Differences {
+			fmt.Fprintf(e.stdout, "  - %s\n", d)
+		}
+	}
+	if !rep.OK {
+		return exitError{code: exitAudit}
+	}
+	return nil
+}
+
+// audit replays the journal up to the view's checkpoint (entries past it
+// belong to a flush in progress), de-duplicated by message id, and compares
+// the sums with the view.
+func audit(ctx context.Context, s *session, view *scheduler.View) (auditReport, error) {
+	rep := auditReport{Checkpoint: view.Checkpoint, Accounts: len(view.State.Accounts), Differences: []string{}}
+	cons, err := s.js.OrderedConsumer(ctx, s.n.EventsStream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{s.n.JournalAll()}})
+	if err != nil {
+		return rep, err
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return rep, err
+	}
+	books := ledger.NewBooks()
+	seen := map[string]bool{}
+	for remaining := info.NumPending; remaining > 0; {
+		batch, err := cons.Fetch(int(min(remaining, 1000)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return rep, err
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			id := m.Headers().Get(subjects.MsgIDHeader)
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			entry, err := wire.DecodeEntry(m.Data())
+			if err != nil {
+				rep.Differences = append(rep.Differences, fmt.Sprintf("journal message %s: %v", id, err))
+				continue
+			}
+			if entry.Seq > view.Checkpoint {
+				continue
+			}
+			rep.Entries++
+			if err := books.Post(entry.Ledger()); err != nil {
+				rep.Differences = append(rep.Differences, err.Error())
+			}
+		}
+		if got == 0 {
+			return rep, fmt.Errorf("the journal stopped with %d entries unread", remaining)
+		}
+		remaining -= uint64(got)
+	}
+	if err := view.State.CheckInvariants(); err != nil {
+		rep.Differences = append(rep.Differences, strings.Split(err.Error(), "\n")...)
+	}
+	if err := books.Compare(view.State); err != nil {
+		rep.Differences = append(rep.Differences, strings.Split(err.Error(), "\n")...)
+	}
+	rep.OK = len(rep.Differences) == 0
+	return rep, nil
+}

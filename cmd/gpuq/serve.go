@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpuq/gpuq/internal/natsbus"
+	"github.com/gpuq/gpuq/internal/natsstore"
+	"github.com/gpuq/gpuq/internal/nvmlgpu"
+	"github.com/gpuq/gpuq/scheduler"
+	"github.com/gpuq/gpuq/subjects"
+	"github.com/gpuq/gpuq/worker"
+)
+
+func init() {
+	register(&command{
+		name:    "scheduler",
+		summary: "run a scheduler: fold the command log into the ledger and dispatch jobs",
+		usage:   "scheduler [--nats URL] [--creds FILE] [--name NAME] [--replicas 1|3]",
+		example: `  gpuq scheduler --nats nats://nats-1:4222,nats://nats-2:4222 --creds scheduler.creds --replicas 3
+  # run two or three: one leads, the others wait on the lease and take over within seconds`,
+		run: runSchedulerCmd,
+	})
+	register(&command{
+		name:    "worker",
+		summary: "run the worker daemon of this GPU host",
+		usage:   "worker [--nats URL] [--host NAME] [--simulate dgxh100|dgxh200 --gpus N] [--state-dir DIR]",
+		example: `  gpuq worker --nats nats://nats-1:4222 --creds worker.creds          # real GPUs through NVML
+  gpuq worker --host sim-2 --simulate dgxh100 --gpus 4                   # go-nvml's simulated GPUs
+  # SIGTERM drains (running jobs finish, up to --drain); a second signal stops at once`,
+		run: runWorkerCmd,
+	})
+}
+
+func newLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+type schedulerOpts struct {
+	name     string
+	replicas int
+	leaseTTL time.Duration
+}
+
+// startScheduler sets up gpuq's streams and buckets and returns a scheduler
+// service ready to Run.
+func startScheduler(ctx context.Context, nc *nats.Conn, n subjects.Names, o schedulerOpts, log *slog.Logger) (*scheduler.Service, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	if err := natsbus.Setup(ctx, js, n, natsbus.SetupConfig{Replicas: o.replicas}); err != nil {
+		return nil, err
+	}
+	lkv, err := js.KeyValue(ctx, n.LedgerBucket())
+	if err != nil {
+		return nil, err
+	}
+	hkv, err := js.KeyValue(ctx, n.HostsBucket())
+	if err != nil {
+		return nil, err
+	}
+	lease, err := natsstore.NewLease(js, lkv, o.name, o.leaseTTL)
+	if err != nil {
+		return nil, err
+	}
+	return scheduler.New(scheduler.Config{
+		Store: natsstore.New(js, lkv), Lease: lease, Log: natsbus.NewLog(js, n),
+		Publisher: natsbus.NewPublisher(js), Hosts: natsbus.NewHosts(hkv, log),
+		Names: n, Logger: log,
+	})
+}
+
+func runSchedulerCmd(ctx context.Context, e *env, args []string) error {
+	c := find("scheduler")
+	fs := e.flags(c)
+	host, _ := os.Hostname()
+	o := schedulerOpts{}
+	fs.StringVar(&o.name, "name", host, "this scheduler's name in the lease and logs")
+	fs.IntVar(&o.replicas, "replicas", 1, "replicas of every stream and bucket it creates: 1, or 3 on a cluster")
+	fs.DurationVar(&o.leaseTTL, "lease-ttl", 5*time.Second, "leader lease time to live (whole seconds)")
+	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	if _, err := e.parse(c, fs, args); err != nil {
+		return err
+	}
+	log, err := newLogger(*level)
+	if err != nil {
+		return err
+	}
+	n, err := e.conn.names()
+	if err != nil {
+		return err
+	}
+	opts, err := e.conn.options("gpuq scheduler " + o.name)
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(e.conn.url, append(opts, nats.RetryOnFailedConnect(true))...)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", e.conn.url, err)
+	}
+	defer nc.Close()
+	svc, err := startScheduler(ctx, nc, n, o, log)
+	if err != nil {
+		return err
+	}
+	log.Info("scheduler running", slog.String("name", o.name), slog.String("nats", e.conn.url))
+	return svc.Run(ctx)
+}
+
+type workerOpts struct {
+	host     string
+	simulate string
+	gpus     int
+	stateDir string
+	drain    time.Duration
+	maxUsed  int64
+}
+
+// openGPU opens the host's GPUs: go-nvml's mock server when simulating,
+// else the NVIDIA driver. Without a driver it says so and what to do.
+func openGPU(o workerOpts) (*nvmlgpu.GPU, error) {
+	if o.simulate != "" {
+		return nvmlgpu.Simulate(o.host, o.simulate, o.gpus)
+	}
+	g, err := nvmlgpu.Open()
+	if errors.Is(err, worker.ErrNoNVML) {
+		return nil, fmt.Errorf("%w; to try gpuq without GPUs, run with --simulate dgxh200 --gpus 8", err)
+	}
+	return g, err
+}
+
+// newWorker builds the worker of o.host over nc.
+func newWorker(ctx context.Context, nc *nats.Conn, n subjects.Names, o workerOpts, gpu worker.GPU, log *slog.Logger) (*worker.Worker, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	hkv, err := js.KeyValue(ctx, n.HostsBucket())
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("no %s bucket on the server: start a scheduler first (it creates gpuq's streams and buckets)", n.HostsBucket())
+	}
+	if err != nil {
+		return nil, err
+	}
+	bus, err := natsbus.NewWorkerBus(js, n, o.host, hkv)
+	if err != nil {
+		return nil, err
+	}
+	return worker.New(worker.Config{Host: o.host, GPU: gpu, Bus: bus, Logger: log, StateDir: o.stateDir,
+		DrainTimeout: o.drain, MaxUsedMiB: o.maxUsed})
+}
+
+func runWorkerCmd(ctx context.Context, e *env, args []string) error {
+	c := find("worker")
+	fs := e.flags(c)
+	host, _ := os.Hostname()
+	o := workerOpts{}
+	fs.StringVar(&o.host, "host", host, "this host's name (letters, digits, '_' and '-')")
+	fs.StringVar(&o.simulate, "simulate", "", "run on go-nvml's simulated GPUs of this model: dgxh100 or dgxh200")
+	fs.IntVar(&o.gpus, "gpus", 8, "number of simulated GPUs (with --simulate)")
+	fs.StringVar(&o.stateDir, "state-dir", "", "where the worker records attempts it started (default <tmp>/gpuq-worker-<host>)")
+	fs.DurationVar(&o.drain, "drain", 5*time.Minute, "on SIGTERM, how long running jobs may finish before they are stopped")
+	fs.Int64Var(&o.maxUsed, "max-used-mib", 1024, "memory a GPU may have in use and still count as free")
+	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	if _, err := e.parse(c, fs, args); err != nil {
+		return err
+	}
+	if err := subjects.CheckToken("host", o.host); err != nil {
+		return usagef("--host: %v", err)
+	}
+	log, err := newLogger(*level)
+	if err != nil {
+		return err
+	}
+	n, err := e.conn.names()
+	if err != nil {
+		return err
+	}
+	gpu, err := openGPU(o)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = gpu.Close() }() // exiting; the driver releases everything anyway
+	opts, err := e.conn.options("gpuq worker " + o.host)
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(e.conn.url, append(opts, nats.RetryOnFailedConnect(true))...)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", e.conn.url, err)
+	}
+	defer nc.Close()
+	w, err := newWorker(ctx, nc, n, o, gpu, log)
+	if err != nil {
+		return err
+	}
+	// The first signal (ctx) drains; a second stops at once.
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	go func() {
+		<-ctx.Done()
+		select {
+		case <-sig: // the first, which ended ctx
+		case <-time.After(time.Second):
+		}
+		<-sig
+		log.Warn("second signal: stopping now")
+		w.Abort()
+	}()
+	return w.Run(ctx)
+}

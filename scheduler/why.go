@@ -1,0 +1,89 @@
+package scheduler
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gpuq/gpuq/ledger"
+	"github.com/gpuq/gpuq/wire"
+)
+
+// Blocker is one reason a pending job is not running yet.
+type Blocker struct {
+	// Kind is machine-readable: "backoff", "max_running_jobs",
+	// "max_running_gpus", "no_hosts", "too_wide", "no_free_gpus" or
+	// "queue".
+	Kind    string `json:"kind"`
+	Message string `json:"message"`
+}
+
+// Explain lists every reason the pending job id is not running at now,
+// given the ledger and the live hosts' heartbeats: its retry delay, its
+// account's caps, the hosts (none, none wide enough, none with enough free
+// GPUs), and the jobs queued ahead of it. It applies the rules Decide does,
+// and reports all that apply, not just the first. An empty list means
+// nothing holds the job back: the next decision round will dispatch it.
+func Explain(s *ledger.State, hosts []wire.Host, id string, now time.Time) ([]Blocker, error) {
+	j := s.Jobs[id]
+	if j == nil {
+		return nil, fmt.Errorf("no job %s", id)
+	}
+	if j.State != ledger.StatePending {
+		return nil, fmt.Errorf("job %s is %s, not waiting", id, j.State)
+	}
+	var out []Blocker
+	add := func(kind, format string, args ...any) {
+		out = append(out, Blocker{Kind: kind, Message: fmt.Sprintf(format, args...)})
+	}
+	if now.Before(j.NotBefore) {
+		add("backoff", "attempt %d waits out its retry delay until %s (%s from now) after %s",
+			j.Attempt+1, j.NotBefore.UTC().Format(time.RFC3339), j.NotBefore.Sub(now).Round(time.Second), j.Reason)
+	}
+	if a := s.Accounts[j.Account]; a != nil {
+		if m := a.Limits.MaxRunningJobs; m > 0 && a.RunningJobs >= m {
+			add("max_running_jobs", "account %s already runs %d jobs, its cap", a.ID, a.RunningJobs)
+		}
+		if m := a.Limits.MaxRunningGPUs; m > 0 && a.RunningGPUs+j.GPUs > m {
+			add("max_running_gpus", "account %s runs %d GPUs; %d more would pass its cap of %d", a.ID, a.RunningGPUs, j.GPUs, m)
+		}
+	}
+	used := map[string]int{}
+	for _, o := range s.Jobs {
+		if o.State.OnHost() {
+			used[o.Host] += o.GPUs
+		}
+	}
+	largest, mostFree, freest := 0, 0, ""
+	for _, h := range hosts {
+		largest = max(largest, len(h.Devices))
+		if f := h.Capacity() - used[h.Host]; f > mostFree {
+			mostFree, freest = f, h.Host
+		}
+	}
+	switch {
+	case len(hosts) == 0:
+		add("no_hosts", "no worker is heartbeating: start a worker (gpuq worker) or check its connection")
+	case j.GPUs > largest:
+		add("too_wide", "it needs %d GPUs; the largest live host has %d (it fails as unplaceable if no larger host joins)", j.GPUs, largest)
+	case mostFree < j.GPUs && freest == "":
+		add("no_free_gpus", "it needs %d GPUs; no host has a free GPU now", j.GPUs)
+	case mostFree < j.GPUs:
+		add("no_free_gpus", "it needs %d GPUs; the most free on any host is %d, on %s", j.GPUs, mostFree, freest)
+	}
+	higher, older := 0, 0
+	for _, o := range s.Jobs {
+		if o.State != ledger.StatePending || o.ID == j.ID {
+			continue
+		}
+		switch {
+		case o.Priority > j.Priority:
+			higher++
+		case o.Priority == j.Priority && o.SubmitSeq < j.SubmitSeq:
+			older++
+		}
+	}
+	if higher+older > 0 {
+		add("queue", "%d jobs are ahead of it in the queue: %d of higher priority, %d older at priority %d", higher+older, higher, older, j.Priority)
+	}
+	return out, nil
+}
