@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -134,11 +135,7 @@ func (c *Client) Cancel(ctx context.Context, account, job string) (wire.JobEvent
 func (c *Client) jobCommand(ctx context.Context, msg wire.Message, account, job string) (wire.JobEvent, error) {
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
-	seq, err := c.publish(ctx, msg)
-	if err != nil {
-		return wire.JobEvent{}, err
-	}
-	subject, data, err := c.answer(ctx, seq, c.n.JobEvent(account, job), c.n.InvalidEvent(account))
+	seq, subject, data, err := c.ask(ctx, msg, account, c.n.JobEvent(account, job), c.n.InvalidEvent(account))
 	if err != nil {
 		return wire.JobEvent{}, err
 	}
@@ -168,11 +165,7 @@ func (c *Client) Admin(ctx context.Context, a ledger.Admin) (wire.AccountEvent, 
 	}
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
-	seq, err := c.publish(ctx, msg)
-	if err != nil {
-		return wire.AccountEvent{}, err
-	}
-	subject, data, err := c.answer(ctx, seq, c.n.AccountEvent(a.Account), c.n.InvalidEvent(a.Account))
+	seq, subject, data, err := c.ask(ctx, msg, a.Account, c.n.AccountEvent(a.Account), c.n.InvalidEvent(a.Account))
 	if err != nil {
 		return wire.AccountEvent{}, err
 	}
@@ -193,60 +186,86 @@ func (c *Client) Admin(ctx context.Context, a ledger.Admin) (wire.AccountEvent, 
 	return ev, nil
 }
 
-// publish stores msg in the command stream and returns its sequence (the
-// original's, when the server recognised a duplicate).
-func (c *Client) publish(ctx context.Context, msg wire.Message) (uint64, error) {
-	m := nats.NewMsg(msg.Subject)
-	m.Data = msg.Data
-	m.Header.Set(subjects.MsgIDHeader, msg.MsgID)
-	ack, err := c.js.PublishMsg(ctx, m, jetstream.WithExpectStream(c.n.CmdStream()))
+// ask publishes msg and waits for the first event it caused on one of
+// subjs, all under account's event subjects. It reads through one filter,
+// gpuq.event.<account>.>, so a submitter needs to read only its own events.
+// It listens before publishing, so the answer cannot slip past; when the
+// server recognises a duplicate, the answer was given before and is read
+// from the stream's start.
+func (c *Client) ask(ctx context.Context, msg wire.Message, account string, subjs ...string) (uint64, string, []byte, error) {
+	filter := c.n.AccountEvents(account)
+	live, err := c.open(ctx, filter, jetstream.DeliverNewPolicy)
 	if err != nil {
-		return 0, fmt.Errorf("publish to %s: %w", msg.Subject, err)
+		return 0, "", nil, err
 	}
-	return ack.Sequence, nil
-}
-
-// answer waits for the first event, on any of subjects, caused by the
-// command at seq.
-func (c *Client) answer(ctx context.Context, seq uint64, subjs ...string) (string, []byte, error) {
+	defer live.Stop()
+	seq, dup, err := c.publish(ctx, msg)
+	if err != nil {
+		return 0, "", nil, err
+	}
+	it := live
+	if dup {
+		past, err := c.open(ctx, filter, jetstream.DeliverAllPolicy)
+		if err != nil {
+			return 0, "", nil, err
+		}
+		defer past.Stop()
+		it = past
+	}
 	var subject string
 	var data []byte
-	err := c.read(ctx, subjs, func(m jetstream.Msg) (bool, error) {
-		if eventSeq(m.Data()) != seq {
+	err = c.each(ctx, it, filter, func(m jetstream.Msg) (bool, error) {
+		if eventSeq(m.Data()) != seq || !slices.Contains(subjs, m.Subject()) {
 			return false, nil
 		}
 		subject, data = m.Subject(), m.Data()
 		return true, nil
 	})
 	if errors.Is(err, context.DeadlineExceeded) {
-		return "", nil, fmt.Errorf("command %d: %w within the wait; it is in the log and will be applied when a scheduler runs", seq, ErrNoAnswer)
+		return seq, "", nil, fmt.Errorf("command %d: %w within the wait; it is in the log and will be applied when a scheduler runs", seq, ErrNoAnswer)
 	}
-	return subject, data, err
+	return seq, subject, data, err
 }
 
-// read delivers the events stored on subjs, oldest first, then new ones as
-// they arrive, to fn until fn says stop, fn fails or ctx ends.
-func (c *Client) read(ctx context.Context, subjs []string, fn func(jetstream.Msg) (bool, error)) error {
-	cons, err := c.js.OrderedConsumer(ctx, c.n.EventsStream(), jetstream.OrderedConsumerConfig{FilterSubjects: subjs})
+// publish stores msg in the command stream and returns its sequence (the
+// original's, when the server recognised a duplicate).
+func (c *Client) publish(ctx context.Context, msg wire.Message) (uint64, bool, error) {
+	m := nats.NewMsg(msg.Subject)
+	m.Data = msg.Data
+	m.Header.Set(subjects.MsgIDHeader, msg.MsgID)
+	ack, err := c.js.PublishMsg(ctx, m, jetstream.WithExpectStream(c.n.CmdStream()))
 	if err != nil {
-		return fmt.Errorf("read %v: %w", subjs, err)
+		return 0, false, fmt.Errorf("publish to %s: %w", msg.Subject, err)
+	}
+	return ack.Sequence, ack.Duplicate, nil
+}
+
+// open starts an ordered consumer of the events stream on one filter.
+func (c *Client) open(ctx context.Context, filter string, from jetstream.DeliverPolicy) (jetstream.MessagesContext, error) {
+	cons, err := c.js.OrderedConsumer(ctx, c.n.EventsStream(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter}, DeliverPolicy: from})
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", filter, err)
 	}
 	it, err := cons.Messages()
 	if err != nil {
-		return fmt.Errorf("read %v: %w", subjs, err)
+		return nil, fmt.Errorf("read %s: %w", filter, err)
 	}
-	defer it.Stop()
-	go func() {
-		<-ctx.Done()
-		it.Stop()
-	}()
+	return it, nil
+}
+
+// each delivers it's messages to fn until fn says stop, fn fails or ctx
+// ends.
+func (c *Client) each(ctx context.Context, it jetstream.MessagesContext, filter string, fn func(jetstream.Msg) (bool, error)) error {
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
 	for {
 		m, err := it.Next()
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("read %v: %w", subjs, err)
+			return fmt.Errorf("read %s: %w", filter, err)
 		}
 		done, err := fn(m)
 		if err != nil || done {
@@ -285,7 +304,13 @@ func Final(ev wire.JobEvent) bool {
 // event. Watch waits as long as ctx allows: give it a deadline.
 func (c *Client) Watch(ctx context.Context, account, job string, fromSeq uint64, fn func(wire.JobEvent) error) (wire.JobEvent, error) {
 	var last wire.JobEvent
-	err := c.read(ctx, []string{c.n.JobEvent(account, job)}, func(m jetstream.Msg) (bool, error) {
+	filter := c.n.JobEvent(account, job)
+	it, err := c.open(ctx, filter, jetstream.DeliverAllPolicy)
+	if err != nil {
+		return last, err
+	}
+	defer it.Stop()
+	err = c.each(ctx, it, filter, func(m jetstream.Msg) (bool, error) {
 		ev, err := wire.DecodeJobEvent(m.Data())
 		if err != nil {
 			return false, err

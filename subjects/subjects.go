@@ -246,6 +246,14 @@ func (n Names) JobEvents(account string) string {
 	return n.prefix + ".event." + account + ".job.*"
 }
 
+// AccountEvents is the filter for every event of account — its jobs', its
+// own and its invalid commands': gpuq.event.<account>.>. A submitter's
+// permission to read its events is a permission on this filter.
+func (n Names) AccountEvents(account string) string {
+	mustToken("account", account)
+	return n.prefix + ".event." + account + ".>"
+}
+
 // AccountEvent is where account facts and admin outcomes are published:
 // gpuq.event.<account>.account.
 func (n Names) AccountEvent(account string) string {

@@ -181,8 +181,21 @@ func (w *Worker) Abort() { w.once.Do(func() { close(w.abort) }) }
 // and not charged), removes its heartbeat and returns. Run returns an error
 // only when it cannot start.
 func (w *Worker) Run(ctx context.Context) error {
+	// bg outlives ctx, so a draining worker can still report; an Abort
+	// gives reports in flight ReportTimeout more, then ends them too.
 	bg, stopBg := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBg()
+	go func() {
+		select {
+		case <-w.abort:
+			select {
+			case <-time.After(w.cfg.ReportTimeout):
+				stopBg()
+			case <-bg.Done():
+			}
+		case <-bg.Done():
+		}
+	}()
 	orderCtx, stopOrders := context.WithCancel(ctx)
 	defer stopOrders()
 	orders, err := w.cfg.Bus.Orders(orderCtx)
@@ -315,7 +328,9 @@ func (w *Worker) handle(ctx context.Context, o Order) {
 	case ledger.CancelOrder:
 		w.cancelOrder(ord)
 	}
-	if err := o.Ack(ctx); err != nil {
+	actx, cancel := context.WithTimeout(ctx, w.cfg.ReportTimeout)
+	defer cancel()
+	if err := o.Ack(actx); err != nil {
 		// The order will be redelivered; the attempt is known by then.
 		w.log.Warn("ack an order", slog.Any("err", err))
 	}

@@ -499,3 +499,14 @@ func TestWorkerRefusesWithoutNVML(t *testing.T) {
 		t.Errorf("worker without NVML: %v\n%s", err, out)
 	}
 }
+
+func TestLogsFollow(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, "")
+	d.ok("submit", "--id", "talker", "--account", "demo", "--cost", "1", "--", "sh", "-c", "echo one; sleep 1; echo two >&2; sleep 1; echo three")
+	waitState(t, d, "talker", "running")
+	r := d.gpuq("logs", "-f", "talker")
+	if r.code != 0 || r.stdout != "one\nthree\n" || !strings.Contains(r.stderr, "two\n") || !strings.Contains(r.stderr, "attempt 1 ended: exit 0") {
+		t.Errorf("logs -f: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+}

@@ -42,15 +42,43 @@ type checkpoint struct {
 }
 
 // Load reads every record and returns the view as of the checkpoint. A
-// record stored after the checkpoint (a flush cut short by a crash) is
-// replaced by its last version at or before the checkpoint, read from the
-// key's history; a record created after the checkpoint is left out. Load
-// fails if a key's history no longer reaches back to the checkpoint.
+// record stored after the checkpoint (a flush cut short by a crash, or in
+// progress) is replaced by its last version at or before the checkpoint,
+// read from the key's history; a record created after the checkpoint is
+// left out.
+//
+// A reader that is not the scheduler (gpuq jobs, gpuq audit) may load while
+// the scheduler writes, and newer versions may push the one it needs out of
+// a key's history; Load then tries again, up to loadAttempts times. It fails
+// if a key's history still does not reach back to the checkpoint, or the
+// view breaks the ledger's invariants.
 func (s *Store) Load(ctx context.Context) (*scheduler.View, error) {
+	var err error
+	for range loadAttempts {
+		var view *scheduler.View
+		var retry bool
+		view, retry, err = s.load(ctx)
+		if err == nil || !retry || ctx.Err() != nil {
+			return view, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil, err
+}
+
+// loadAttempts bounds Load's tries while the scheduler writes.
+const loadAttempts = 5
+
+// load is one try of Load. retry says a concurrent writer may explain err.
+func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ error) {
 	s.revs, s.seqs = map[string]uint64{}, map[string]uint64{}
 	w, err := s.kv.WatchAll(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("watch %s: %w", s.kv.Bucket(), err)
+		return nil, false, fmt.Errorf("watch %s: %w", s.kv.Bucket(), err)
 	}
 	defer func() { _ = w.Stop() }() // the watch only served the initial values
 	latest := map[string]jetstream.KeyValueEntry{}
@@ -66,13 +94,13 @@ func (s *Store) Load(ctx context.Context) (*scheduler.View, error) {
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	view := &scheduler.View{State: ledger.New()}
 	if e, ok := latest[subjects.CheckpointKey]; ok {
 		var cp checkpoint
 		if err := json.Unmarshal(e.Value(), &cp); err != nil {
-			return nil, fmt.Errorf("decode %s: %w", subjects.CheckpointKey, err)
+			return nil, false, fmt.Errorf("decode %s: %w", subjects.CheckpointKey, err)
 		}
 		view.Checkpoint = cp.Seq
 	}
@@ -84,20 +112,20 @@ func (s *Store) Load(ctx context.Context) (*scheduler.View, error) {
 		}
 		seq, err := s.add(view.State, kind, e.Value())
 		if err != nil {
-			return nil, fmt.Errorf("load %s revision %d: %w", key, e.Revision(), err)
+			return nil, false, fmt.Errorf("load %s revision %d: %w", key, e.Revision(), err)
 		}
 		s.seqs[key] = seq
 		view.Ahead = max(view.Ahead, seq)
 		if seq > view.Checkpoint {
 			if err := s.rewind(ctx, view.State, kind, key, view.Checkpoint); err != nil {
-				return nil, err
+				return nil, true, err
 			}
 		}
 	}
 	if err := view.State.CheckInvariants(); err != nil {
-		return nil, fmt.Errorf("the stored ledger breaks its invariants: %w", err)
+		return nil, view.Ahead > view.Checkpoint, fmt.Errorf("the stored ledger breaks its invariants: %w", err)
 	}
-	return view, nil
+	return view, false, nil
 }
 
 // add decodes a stored record into st and returns its sequence.
