@@ -170,32 +170,25 @@ func runCancel(ctx context.Context, e *env, args []string) error {
 	c := find("cancel")
 	fs := e.flags(c)
 	account := fs.String("account", "", "the job's account (default: read from the job)")
-	pos, err := e.parse(c, fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return usagef("want one job id")
-	}
-	s, err := e.session()
+	job, s, err := e.jobArg(c, fs, args)
 	if err != nil {
 		return err
 	}
 	defer s.close()
 	if *account == "" {
-		j, err := s.c.Job(ctx, pos[0])
+		j, err := s.c.Job(ctx, job)
 		if errors.Is(err, client.ErrNotFound) {
-			return fmt.Errorf("no job %s", pos[0])
+			return fmt.Errorf("no job %s", job)
 		}
 		if err != nil {
 			return err
 		}
 		*account = j.Account
 	}
-	ev, err := s.c.Cancel(ctx, *account, pos[0])
+	ev, err := s.c.Cancel(ctx, *account, job)
 	var rej *client.RejectedError
 	if errors.As(err, &rej) {
-		return exitError{exitRejected, fmt.Errorf("cancel %s: %s (%s)", pos[0], rej.Message, rej.Reason)}
+		return exitError{exitRejected, fmt.Errorf("cancel %s: %s (%s)", job, rej.Message, rej.Reason)}
 	}
 	if err != nil {
 		return err
@@ -203,7 +196,7 @@ func runCancel(ctx context.Context, e *env, args []string) error {
 	if e.output == "json" {
 		return printJSON(e.stdout, ev)
 	}
-	fmt.Fprintf(e.stdout, "%s %s: %s\n", ev.Type, pos[0], ev.Message)
+	fmt.Fprintf(e.stdout, "%s %s: %s\n", ev.Type, job, ev.Message)
 	return nil
 }
 
@@ -284,21 +277,14 @@ func runJobs(ctx context.Context, e *env, args []string) error {
 func runJob(ctx context.Context, e *env, args []string) error {
 	c := find("job")
 	fs := e.flags(c)
-	pos, err := e.parse(c, fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return usagef("want one job id")
-	}
-	s, err := e.session()
+	job, s, err := e.jobArg(c, fs, args)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	j, err := s.c.Job(ctx, pos[0])
+	j, err := s.c.Job(ctx, job)
 	if errors.Is(err, client.ErrNotFound) {
-		return fmt.Errorf("no job %s", pos[0])
+		return fmt.Errorf("no job %s", job)
 	}
 	if err != nil {
 		return err

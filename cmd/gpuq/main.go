@@ -16,6 +16,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/gpuq/gpuq/subjects"
 )
 
 // Exit codes, documented in `gpuq help`.
@@ -200,4 +202,24 @@ func (e *env) parse(c *command, fs *flag.FlagSet, args []string) ([]string, erro
 		return nil, usagef("--output %q: want table or json", e.output)
 	}
 	return pos, nil
+}
+
+// jobArg parses the flags of a command that takes one job id, and opens a
+// session for it.
+func (e *env) jobArg(c *command, fs *flag.FlagSet, args []string) (string, *session, error) {
+	pos, err := e.parse(c, fs, args)
+	if err != nil {
+		return "", nil, err
+	}
+	if len(pos) != 1 {
+		return "", nil, usagef("want one job id")
+	}
+	if err := subjects.CheckToken("job id", pos[0]); err != nil {
+		return "", nil, usagef("%v", err)
+	}
+	s, err := e.session()
+	if err != nil {
+		return "", nil, err
+	}
+	return pos[0], s, nil
 }

@@ -56,18 +56,7 @@ func runLogs(ctx context.Context, e *env, args []string) error {
 	fs := e.flags(c)
 	followFlag := fs.Bool("f", false, "follow the output until the attempt ends")
 	attempt := fs.Int("attempt", 0, "the attempt to show (default: the latest)")
-	pos, err := e.parse(c, fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return usagef("want one job id")
-	}
-	job := pos[0]
-	if err := subjects.CheckToken("job id", job); err != nil {
-		return usagef("%v", err)
-	}
-	s, err := e.session()
+	job, s, err := e.jobArg(c, fs, args)
 	if err != nil {
 		return err
 	}
@@ -246,14 +235,7 @@ func runHosts(ctx context.Context, e *env, args []string) error {
 func runWhy(ctx context.Context, e *env, args []string) error {
 	c := find("why")
 	fs := e.flags(c)
-	pos, err := e.parse(c, fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return usagef("want one job id")
-	}
-	s, err := e.session()
+	job, s, err := e.jobArg(c, fs, args)
 	if err != nil {
 		return err
 	}
@@ -262,9 +244,9 @@ func runWhy(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	j := st.Jobs[pos[0]]
+	j := st.Jobs[job]
 	if j == nil {
-		return fmt.Errorf("no job %s", pos[0])
+		return fmt.Errorf("no job %s", job)
 	}
 	type answer struct {
 		Job      string              `json:"job"`
