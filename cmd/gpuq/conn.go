@@ -102,6 +102,20 @@ func (f *connFlags) connect(name string) (*nats.Conn, error) {
 	return nc, nil
 }
 
+// dial opens a connection for a daemon: it keeps trying while the server is
+// unreachable, at start and later.
+func (f *connFlags) dial(name string) (*nats.Conn, error) {
+	opts, err := f.options(name)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(f.url, append(opts, nats.RetryOnFailedConnect(true))...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", f.url, err)
+	}
+	return nc, nil
+}
+
 // session is an open connection with its client and JetStream context.
 type session struct {
 	nc *nats.Conn

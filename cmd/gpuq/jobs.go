@@ -235,10 +235,7 @@ func runJobs(ctx context.Context, e *env, args []string) error {
 	account := fs.String("account", "", "only this account's jobs")
 	state := fs.String("state", "", "only jobs in this state: pending, dispatched, running, succeeded, failed, cancelled, rejected")
 	limit := fs.Int("limit", 50, "at most this many, newest first (0: all)")
-	if _, err := e.parse(c, fs, args); err != nil {
-		return err
-	}
-	s, err := e.session()
+	s, err := e.noArgs(c, fs, args)
 	if err != nil {
 		return err
 	}

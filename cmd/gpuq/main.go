@@ -223,3 +223,16 @@ func (e *env) jobArg(c *command, fs *flag.FlagSet, args []string) (string, *sess
 	}
 	return pos[0], s, nil
 }
+
+// noArgs parses the flags of a command that takes no arguments, and opens
+// a session for it.
+func (e *env) noArgs(c *command, fs *flag.FlagSet, args []string) (*session, error) {
+	pos, err := e.parse(c, fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if len(pos) > 0 {
+		return nil, usagef("unexpected argument %q", pos[0])
+	}
+	return e.session()
+}

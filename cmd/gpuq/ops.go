@@ -177,10 +177,7 @@ func readHosts(ctx context.Context, s *session) ([]wire.Host, error) {
 func runHosts(ctx context.Context, e *env, args []string) error {
 	c := find("hosts")
 	fs := e.flags(c)
-	if _, err := e.parse(c, fs, args); err != nil {
-		return err
-	}
-	s, err := e.session()
+	s, err := e.noArgs(c, fs, args)
 	if err != nil {
 		return err
 	}
@@ -300,10 +297,7 @@ type auditReport struct {
 func runAudit(ctx context.Context, e *env, args []string) error {
 	c := find("audit")
 	fs := e.flags(c)
-	if _, err := e.parse(c, fs, args); err != nil {
-		return err
-	}
-	s, err := e.session()
+	s, err := e.noArgs(c, fs, args)
 	if err != nil {
 		return err
 	}

@@ -104,13 +104,9 @@ func runSchedulerCmd(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	opts, err := e.conn.options("gpuq scheduler " + o.name)
+	nc, err := e.conn.dial("gpuq scheduler " + o.name)
 	if err != nil {
 		return err
-	}
-	nc, err := nats.Connect(e.conn.url, append(opts, nats.RetryOnFailedConnect(true))...)
-	if err != nil {
-		return fmt.Errorf("connect to %s: %w", e.conn.url, err)
 	}
 	defer nc.Close()
 	svc, err := startScheduler(ctx, nc, n, o, log)
@@ -195,13 +191,9 @@ func runWorkerCmd(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer func() { _ = gpu.Close() }() // exiting; the driver releases everything anyway
-	opts, err := e.conn.options("gpuq worker " + o.host)
+	nc, err := e.conn.dial("gpuq worker " + o.host)
 	if err != nil {
 		return err
-	}
-	nc, err := nats.Connect(e.conn.url, append(opts, nats.RetryOnFailedConnect(true))...)
-	if err != nil {
-		return fmt.Errorf("connect to %s: %w", e.conn.url, err)
 	}
 	defer nc.Close()
 	w, err := newWorker(ctx, nc, n, o, gpu, log)
