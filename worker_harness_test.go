@@ -35,6 +35,7 @@ type workerOpts struct {
 	stateDir string
 	drain    time.Duration
 	ackWait  time.Duration
+	maxLog   int
 	// wrap, if set, wraps the worker's bus (to lose a report or an ack as a
 	// crash would).
 	wrap func(worker.Bus) worker.Bus
@@ -77,7 +78,7 @@ func (c *cluster) startWorker(host string, o workerOpts) *runningWorker {
 	w, err := worker.New(worker.Config{Host: host, GPU: gpu, Bus: bus, StateDir: o.stateDir,
 		Logger:            slog.New(slog.NewTextHandler(tOutput{c.t, host}, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		HeartbeatInterval: 200 * time.Millisecond, HeartbeatTTL: time.Second, KillGrace: 500 * time.Millisecond,
-		DrainTimeout: o.drain, ReportTimeout: 2 * time.Second, LogFlush: 50 * time.Millisecond})
+		DrainTimeout: o.drain, ReportTimeout: 2 * time.Second, LogFlush: 50 * time.Millisecond, MaxLogBytes: o.maxLog})
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -100,6 +100,19 @@ func TestOutputIsStreamedAndCapped(t *testing.T) {
 	if len(lines) != 2000 || lines[0] != "line 0" || lines[1999] != "line 1999" || end.Truncated {
 		t.Errorf("got %d lines (first %q, last %q), truncated %v", len(lines), lines[0], lines[len(lines)-1], end.Truncated)
 	}
+
+	// On a worker that keeps 1000 bytes per attempt, the rest is dropped
+	// and the end marker says so.
+	c2 := newCluster(t)
+	c2.startScheduler("s", schedOpts{})
+	c2.createAccount("a", 100)
+	c2.startWorker("h2", workerOpts{maxLog: 1000})
+	acc = c2.submitCmd("a", "capped", 1, 1, time.Minute, "sh", "-c", `i=0; while [ $i -lt 2000 ]; do echo "line $i"; i=$((i+1)); done`)
+	c2.waitFinal("a", "capped", acc.Seq)
+	stdout, _, end = c2.logs("capped", 1)
+	if len(stdout) != 1000 || !strings.HasPrefix(stdout, "line 0\n") || !end.Truncated {
+		t.Errorf("capped output: %d bytes, truncated %v", len(stdout), end.Truncated)
+	}
 }
 
 // TestLostWorkerIsRetriedElsewhere stops a worker mid-job without a report,

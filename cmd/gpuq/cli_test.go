@@ -510,3 +510,89 @@ func TestLogsFollow(t *testing.T) {
 		t.Errorf("logs -f: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 }
+
+// daemon is a gpuq scheduler or worker running in the background.
+type daemon struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+}
+
+func (d *devServer) daemon(line string) *daemon {
+	d.t.Helper()
+	dm := &daemon{out: &syncBuffer{}, done: make(chan struct{})}
+	dm.cmd = exec.Command(gpuqBin, splitShell(line)[1:]...)
+	dm.cmd.Env = append(os.Environ(), "NATS_URL="+d.url)
+	dm.cmd.Stdout, dm.cmd.Stderr = dm.out, dm.out
+	if err := dm.cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	go func() {
+		_ = dm.cmd.Wait() // read through ProcessState below
+		close(dm.done)
+	}()
+	d.t.Cleanup(func() {
+		_ = dm.cmd.Process.Kill() // if the test did not stop it
+		<-dm.done
+	})
+	return dm
+}
+
+// term sends SIGTERM and returns the exit code.
+func (dm *daemon) term(t *testing.T) int {
+	t.Helper()
+	if err := dm.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-dm.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("daemon did not stop:\n%s", dm.out.String())
+	}
+	return dm.cmd.ProcessState.ExitCode()
+}
+
+func TestReadmeDaemons(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched, work := "gpuq scheduler --name sched-2", "gpuq worker --host sim-2 --simulate dgxh100 --gpus 4"
+	for _, line := range []string{sched, work} {
+		if !strings.Contains(string(readme), line) {
+			t.Errorf("README.md no longer shows %q", line)
+		}
+	}
+	d := startDev(t, "")
+	s := d.daemon(sched)
+	w := d.daemon(work)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var hosts []struct{ Host string }
+		d.json(&hosts, "hosts")
+		if len(hosts) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sim-2 never joined:\n%s", w.out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// A 4-GPU job fits sim-2 most tightly.
+	d.ok("submit", "--id", "fits", "--account", "demo", "--gpus", "4", "--cost", "1", "--wait", "--", "true")
+	var j struct{ Host string }
+	d.json(&j, "job", "fits")
+	if j.Host != "sim-2" {
+		t.Errorf("the 4-GPU job ran on %s, want sim-2", j.Host)
+	}
+	if !strings.Contains(s.out.String(), "scheduler running") {
+		t.Errorf("the standby scheduler says:\n%s", s.out.String())
+	}
+	if code := w.term(t); code != 0 {
+		t.Errorf("worker exited %d on SIGTERM:\n%s", code, w.out.String())
+	}
+	if code := s.term(t); code != 0 {
+		t.Errorf("scheduler exited %d on SIGTERM:\n%s", code, s.out.String())
+	}
+}
