@@ -107,6 +107,9 @@ func (c *cluster) startScheduler(name string, o schedOpts) *sched {
 	if o.core.UnplaceableAfter == 0 {
 		o.core.UnplaceableAfter = -1
 	}
+	if o.core.Retry.Initial == 0 {
+		o.core.Retry.Initial = 100 * time.Millisecond
+	}
 	log := slog.New(slog.NewTextHandler(tOutput{c.t, name}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	svc, err := scheduler.New(scheduler.Config{
 		Store: natsstore.New(js, lkv), Lease: lease, Log: natsbus.NewLog(js, c.n),

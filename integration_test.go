@@ -52,7 +52,7 @@ func TestSubmitRunSettle(t *testing.T) {
 		e, _ := wire.DecodeEntry(m.Data())
 		kinds = append(kinds, string(e.Kind))
 	}
-	if want := []string{"grant", "reserve", "charge"}; !slices.Equal(kinds, want) {
+	if want := []string{"grant", "reserve", "settle"}; !slices.Equal(kinds, want) {
 		t.Errorf("journal = %v, want %v", kinds, want)
 	}
 	st := c.waitSettled("train-42")

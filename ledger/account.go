@@ -20,6 +20,9 @@ type Account struct {
 	Weight      int       `json:"weight"` // fair-share weight, ≥ 1
 	Refill      Refill    `json:"refill"`
 	Created     time.Time `json:"created"`
+	// HeldJobs are the account's held jobs, oldest first: the order they
+	// are admitted in.
+	HeldJobs []string `json:"held_jobs,omitempty"`
 	// RecentOps are the last MaxRecentOps admin commands applied, oldest
 	// first, so a retried op id is recognised after the stream's duplicate
 	// window has passed.
@@ -53,7 +56,16 @@ func (a *Account) Available() Credits { return a.Balance - a.Reserved }
 func (a *Account) Clone() *Account {
 	c := *a
 	c.RecentOps = append([]Admin(nil), a.RecentOps...)
+	c.HeldJobs = append([]string(nil), a.HeldJobs...)
 	return &c
+}
+
+// BalanceAt returns the balance a would have at time at, with the refill it
+// earns by then, without changing a.
+func (a *Account) BalanceAt(at time.Time) Credits {
+	c := *a
+	c.refillTo(at)
+	return c.Balance
 }
 
 // refillTo adds the refill earned between a.Refill.Last and at, and returns

@@ -11,8 +11,9 @@ var ErrAudit = errors.New("ledger: audit failed")
 
 // Books recomputes every account's balance and reserved credits from journal
 // entries alone, and checks the journal's own rules as it goes: each job is
-// reserved once and settled (charged or released) at most once, for exactly
-// what it reserved, and each entry's stated balances match the running sums.
+// reserved once and settled at most once, settling exactly what it reserved
+// and charging no more than that, and each entry's stated balances match the
+// running sums.
 // [Books.Compare] then checks the recomputed books against a ledger state.
 //
 // The zero value is not usable; call [NewBooks].
@@ -30,7 +31,7 @@ type BookAccount struct {
 type bookJob struct {
 	account  string
 	reserved Credits
-	settled  EntryKind // "" until charged or released
+	settled  bool
 }
 
 // NewBooks returns empty books.
@@ -61,24 +62,24 @@ func (b *Books) Post(e Entry) error {
 		}
 		b.jobs[e.Job] = &bookJob{account: e.Account, reserved: e.Amount}
 		acct.Reserved += e.Amount
-	case EntryRelease, EntryCharge:
+	case EntrySettle:
 		switch {
 		case job == nil:
 			bad("job %s was never reserved", e.Job)
-		case job.settled != "":
-			bad("job %s was already settled by a %s", e.Job, job.settled)
+		case job.settled:
+			bad("job %s was already settled", e.Job)
 		case job.account != e.Account:
 			bad("job %s was reserved on account %s", e.Job, job.account)
-		case job.reserved != e.Amount:
-			bad("job %s settles %d but reserved %d", e.Job, e.Amount, job.reserved)
+		case job.reserved != e.Held:
+			bad("job %s settles a reservation of %d but reserved %d", e.Job, e.Held, job.reserved)
+		case e.Amount < 0 || e.Amount > e.Held || e.Released != e.Held-e.Amount:
+			bad("job %s is charged %d and released %d of the %d it held", e.Job, e.Amount, e.Released, e.Held)
 		}
 		if job != nil {
-			job.settled = e.Kind
+			job.settled = true
 		}
-		acct.Reserved -= e.Amount
-		if e.Kind == EntryCharge {
-			acct.Balance -= e.Amount
-		}
+		acct.Reserved -= e.Held
+		acct.Balance -= e.Amount
 	default:
 		bad("unknown kind")
 	}

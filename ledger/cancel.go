@@ -1,6 +1,9 @@
 package ledger
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // cancel stops a job of the requesting account. A pending job is cancelled
 // and released at once. A dispatched or running job gets a cancel order to
@@ -20,7 +23,14 @@ func (t *tx) cancel(c Cancel) {
 		t.jobEvent(c.Account, nil, JobEvent{Type: EventIgnored, Job: c.Job, Reason: ReasonAccountMismatch,
 			Message: fmt.Sprintf("job %s belongs to another account; cancel it through that account", c.Job)})
 	case j.State == StatePending:
-		t.finish(j, StateCancelled, ReasonCancelled, "cancelled while pending")
+		t.finish(j, StateCancelled, ReasonCancelled, "cancelled while pending", 0)
+	case j.State == StateHeld:
+		a := t.s.Accounts[j.Account]
+		a.HeldJobs = slices.DeleteFunc(a.HeldJobs, func(id string) bool { return id == j.ID })
+		t.changedAccount(a)
+		j.State, j.Reason, j.Message, j.EndedAt = StateCancelled, ReasonCancelled, "cancelled while held", t.at
+		t.changedJob(j)
+		t.jobEvent(j.Account, j, JobEvent{Type: EventCancelled})
 	case j.State.OnHost() && j.CancelRequested:
 		t.jobEvent(j.Account, j, JobEvent{Type: EventIgnored, Reason: ReasonAlreadyCancelled,
 			Message: fmt.Sprintf("a cancel of attempt %d on %s is already on its way", j.Attempt, j.Host)})

@@ -8,7 +8,8 @@ import (
 )
 
 // Command is one entry of the command log: a [Submit], [Cancel], [Admin],
-// [Dispatch], [Report], [Lost], [Unplaceable] or [Invalid].
+// [SetPricing], [Dispatch], [Report], [Lost], [Unplaceable], [Admit] or
+// [Invalid].
 type Command interface {
 	// Kind names the command in logs and metrics ("submit", "report", …).
 	Kind() string
@@ -20,15 +21,22 @@ type Command interface {
 // Zero Walltime and MaxAttempts mean [DefaultWalltime] and
 // [DefaultMaxAttempts].
 type Submit struct {
-	Account     string
-	ID          string
-	Priority    int
-	GPUs        int
+	Account  string
+	ID       string
+	Priority int
+	GPUs     int
+	// Cost is what a fixed-price job reserves and is charged on success.
+	// With Metered, Cost must be zero: the fold computes the reservation
+	// from the price table and charges the runtime used.
 	Cost        Credits
+	Metered     bool
 	Command     []string
 	Env         map[string]string
 	Walltime    time.Duration
 	MaxAttempts int
+	// Hold makes a submission the account cannot pay for wait, unreserved,
+	// instead of being rejected.
+	Hold bool
 }
 
 // Cancel asks for a job of Account to be stopped. A pending job is cancelled
@@ -95,6 +103,7 @@ type Report struct {
 	Job      string
 	Attempt  int
 	Devices  []string      // started
+	Model    string        // started: the GPU model of the devices, for metered charging
 	ExitCode int           // done
 	Runtime  time.Duration // done
 	// Infra, on a done report, says the attempt ended through no fault of
@@ -181,9 +190,12 @@ func (s Submit) Validate() error {
 	if s.GPUs < 1 || s.GPUs > MaxJobGPUs {
 		bad("gpus %d is out of range [1, %d]", s.GPUs, MaxJobGPUs)
 	}
-	if s.Cost < 0 {
+	switch {
+	case s.Metered && s.Cost != 0:
+		bad("a metered job has no cost of its own; leave cost out or give it and drop metered")
+	case s.Cost < 0:
 		bad("cost %d is negative", s.Cost)
-	} else if s.Cost > MaxCredits {
+	case s.Cost > MaxCredits:
 		bad("cost %d is more than the maximum %d", s.Cost, MaxCredits)
 	}
 	if err := checkCommand(s.Command); err != nil {
@@ -366,6 +378,9 @@ func (r Report) Validate() error {
 	case ReportStarted:
 		if err := checkDevices(r.Devices); err != nil {
 			errs = append(errs, err)
+		}
+		if len(r.Model) > 128 {
+			bad("model is %d bytes, more than 128", len(r.Model))
 		}
 	case ReportDone:
 		if r.Runtime < 0 {

@@ -21,6 +21,7 @@ type KeyKind uint8
 const (
 	KeyAccount KeyKind = iota + 1
 	KeyJob
+	KeyPricing // State.Pricing; its ID is ""
 )
 
 // Key names one account or job of the state.
@@ -30,7 +31,8 @@ type Key struct {
 }
 
 // Effect is a message Apply asks the caller to send: a [JobEvent],
-// [AccountEvent], [InvalidEvent], [Entry], [DispatchOrder] or [CancelOrder].
+// [AccountEvent], [ConfigEvent], [InvalidEvent], [Entry], [DispatchOrder] or
+// [CancelOrder].
 type Effect interface{ isEffect() }
 
 // EventType is the type of a [JobEvent] or [AccountEvent].
@@ -39,6 +41,7 @@ type EventType string
 // Job event types.
 const (
 	EventAccepted        EventType = "accepted"         // reserved and queued
+	EventHeld            EventType = "held"             // waiting, unreserved, until the account can pay
 	EventRejected        EventType = "rejected"         // the submission was refused; nothing held
 	EventDispatched      EventType = "dispatched"       // sent to a host
 	EventStarted         EventType = "started"          // running on its devices
@@ -77,7 +80,6 @@ type JobEvent struct {
 	Balance   Credits
 	Available Credits
 	ExitCode  *int
-	NotBefore time.Time // requeued: the earliest next attempt
 }
 
 // AccountEvent is an account fact or an admin outcome, published on
@@ -93,6 +95,18 @@ type AccountEvent struct {
 	Reserved  Credits
 	Available Credits
 }
+
+// ConfigEvent is the outcome of a configuration command (the price table),
+// published on gpuq.event.config.
+type ConfigEvent struct {
+	Type    EventType // EventPricingSet, EventRejected or EventIgnored
+	OpID    string
+	Reason  Reason
+	Message string
+}
+
+// EventPricingSet is the type of a [ConfigEvent] for a new price table.
+const EventPricingSet EventType = "pricing_set"
 
 // InvalidEvent is the rejection of a command that could not be decoded or
 // addressed, published on gpuq.event.<account>.invalid, or on
@@ -112,14 +126,15 @@ type EntryKind string
 //	grant:   balance += amount (amount may be negative)
 //	refill:  balance += amount
 //	reserve: reserved += amount
-//	release: reserved -= amount
-//	charge:  reserved -= amount, balance -= amount (held credits become spent)
+//	settle:  reserved -= held, balance -= amount (the charge); held - amount is released
+//
+// A job is reserved once and settled once; its settle entry says what it
+// held, what it was charged and what was released, and why.
 const (
 	EntryGrant   EntryKind = "grant"
 	EntryRefill  EntryKind = "refill"
 	EntryReserve EntryKind = "reserve"
-	EntryRelease EntryKind = "release"
-	EntryCharge  EntryKind = "charge"
+	EntrySettle  EntryKind = "settle"
 )
 
 // Entry is one balance movement, published on gpuq.journal.<account>.
@@ -127,12 +142,14 @@ const (
 type Entry struct {
 	Kind     EntryKind
 	Account  string
-	Job      string // reserve, release, charge
+	Job      string // reserve, settle
 	OpID     string // grant
 	Amount   Credits
+	Held     Credits // settle: the reservation being settled
+	Released Credits // settle: Held - Amount
 	Balance  Credits
 	Reserved Credits
-	Reason   Reason // release: why the reservation was released
+	Reason   Reason // settle: how the job ended ("" for success)
 }
 
 // DispatchOrder tells Host to run attempt Attempt of a job, published on
@@ -159,6 +176,7 @@ type CancelOrder struct {
 
 func (JobEvent) isEffect()      {}
 func (AccountEvent) isEffect()  {}
+func (ConfigEvent) isEffect()   {}
 func (InvalidEvent) isEffect()  {}
 func (Entry) isEffect()         {}
 func (DispatchOrder) isEffect() {}

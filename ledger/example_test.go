@@ -52,6 +52,6 @@ func Example() {
 	// dispatched job train-42: balance 1000, available 880
 	//   order: run train-42 attempt 1 on gpu-host-1
 	// started    job train-42: balance 1000, available 880
-	//   journal charge   120 -> balance 880, reserved 0
+	//   journal settle   120 -> balance 880, reserved 0
 	// succeeded  job train-42: balance 880, available 880
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 )
 
 // CheckInvariants checks the whole ledger and returns every broken invariant
@@ -26,6 +27,7 @@ func (s *State) CheckInvariants() error {
 		jobs, gpus int
 	}
 	per := make(map[string]*sums, len(s.Accounts))
+	held := map[string][]*Job{}
 	for id, a := range s.Accounts {
 		if a.ID != id {
 			errs = append(errs, brokenf("account stored under %q has id %q", id, a.ID))
@@ -45,6 +47,9 @@ func (s *State) CheckInvariants() error {
 		if j.State == StateRejected {
 			continue
 		}
+		if j.State == StateHeld {
+			held[j.Account] = append(held[j.Account], j)
+		}
 		sum := per[j.Account]
 		if sum == nil {
 			errs = append(errs, brokenf("job %s (%s) belongs to account %q, which does not exist", id, j.State, j.Account))
@@ -56,6 +61,23 @@ func (s *State) CheckInvariants() error {
 		if j.State.OnHost() {
 			sum.jobs++
 			sum.gpus += j.GPUs
+		}
+	}
+	for id, a := range s.Accounts {
+		jobs := held[id]
+		sort.Slice(jobs, func(i, k int) bool { return jobs[i].SubmitSeq < jobs[k].SubmitSeq })
+		ids := make([]string, len(jobs))
+		for i, j := range jobs {
+			ids[i] = j.ID
+		}
+		if strings.Join(ids, ",") != strings.Join(a.HeldJobs, ",") {
+			errs = append(errs, brokenf("account %s lists held jobs %v; its held jobs in submit order are %v", id, a.HeldJobs, ids))
+		}
+	}
+	if s.Pricing != nil {
+		if err := (SetPricing{ID: s.Pricing.OpID, PerGPUHour: s.Pricing.PerGPUHour, Default: s.Pricing.Default,
+			FailurePercent: s.Pricing.FailurePercent}).Validate(); err != nil {
+			errs = append(errs, brokenf("the price table is out of range: %v", err))
 		}
 	}
 	for id, sum := range per {
@@ -97,6 +119,8 @@ func (a *Account) check() error {
 		return brokenf("refill %+v is out of range", a.Refill)
 	case len(a.RecentOps) > MaxRecentOps:
 		return brokenf("%d recent ops, more than %d", len(a.RecentOps), MaxRecentOps)
+	case len(a.HeldJobs) > MaxHeldJobs:
+		return brokenf("%d held jobs, more than %d", len(a.HeldJobs), MaxHeldJobs)
 	}
 	return nil
 }
@@ -112,12 +136,16 @@ func (j *Job) check() error {
 			return brokenf("%s job is already charged %d", j.State, j.Charged)
 		}
 	case StateSucceeded:
-		if j.Held != 0 || j.Charged != j.Cost {
+		if j.Held != 0 || j.Charged > j.Cost || !j.Metered && j.Charged != j.Cost {
 			return brokenf("succeeded job holds %d and was charged %d of cost %d", j.Held, j.Charged, j.Cost)
 		}
-	case StateFailed, StateCancelled, StateRejected:
-		if j.Held != 0 || j.Charged != 0 {
+	case StateFailed, StateCancelled:
+		if j.Held != 0 || j.Charged > j.Cost || !j.Metered && j.Charged != 0 {
 			return brokenf("%s job holds %d and was charged %d", j.State, j.Held, j.Charged)
+		}
+	case StateRejected, StateHeld:
+		if j.Held != 0 || j.Charged != 0 || j.Attempt != 0 {
+			return brokenf("%s job holds %d, was charged %d and has attempt %d", j.State, j.Held, j.Charged, j.Attempt)
 		}
 	default:
 		return brokenf("unknown state %q", j.State)
@@ -133,8 +161,8 @@ func (j *Job) check() error {
 		return brokenf("pending job still names host %q and %d devices", j.Host, len(j.Devices))
 	case j.State == StateRunning && len(j.Devices) != j.GPUs:
 		return brokenf("running job has %d devices for %d GPUs", len(j.Devices), j.GPUs)
-	case j.State == StateRejected && (j.Attempt != 0 || j.SubmitSeq != 0):
-		return brokenf("rejected job has attempt %d and submit seq %d", j.Attempt, j.SubmitSeq)
+	case j.State == StateRejected && j.SubmitSeq != 0:
+		return brokenf("rejected job has submit seq %d", j.SubmitSeq)
 	case j.Failures < 0 || j.Failures > j.MaxAttempts || j.Failures > j.Attempt:
 		return brokenf("%d failures with %d attempts of at most %d", j.Failures, j.Attempt, j.MaxAttempts)
 	case j.State.Active() && j.Failures >= j.MaxAttempts:

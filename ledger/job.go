@@ -11,8 +11,12 @@ import (
 //	pending → dispatched → running → succeeded | failed | cancelled
 //	pending → cancelled
 //	dispatched | running → (lost, or rejected by the worker) → pending (retry) | failed | cancelled
+//	held → pending (the account can pay) | cancelled
 //
 // A submission that is never accepted is rejected and never holds credits.
+// One submitted with hold that the account cannot pay for yet is held: it
+// waits without reserving, and is reserved and queued, in submit order, when
+// a refill or a grant lets the account pay.
 type JobState string
 
 // Job states.
@@ -24,6 +28,7 @@ const (
 	StateFailed     JobState = "failed"     // exited non-zero or ran out of attempts; released
 	StateCancelled  JobState = "cancelled"  // cancelled by a user; released
 	StateRejected   JobState = "rejected"   // never accepted; never held credits
+	StateHeld       JobState = "held"       // waiting, unreserved, for the account to afford it
 )
 
 // Active reports whether a job in state s holds a reservation.
@@ -52,6 +57,12 @@ type Job struct {
 	Env         map[string]string `json:"env,omitempty"`
 	Walltime    time.Duration     `json:"walltime"`
 	MaxAttempts int               `json:"max_attempts"`
+	// Metered jobs reserve Cost = gpus × walltime × the highest price and
+	// are charged for the runtime they use; see [Pricing].
+	Metered bool `json:"metered,omitempty"`
+	// Hold asks to wait, unreserved, when the account cannot pay yet,
+	// instead of being rejected.
+	Hold bool `json:"hold,omitempty"`
 
 	State JobState `json:"state"`
 	// Attempt is the number of the current or last dispatch; 0 before the
@@ -59,11 +70,11 @@ type Job struct {
 	Attempt int `json:"attempt"`
 	// Failures counts attempts that ended lost or rejected by a worker; the
 	// job fails when it reaches MaxAttempts.
-	Failures        int       `json:"failures"`
-	Host            string    `json:"host,omitempty"`
-	Devices         []string  `json:"devices,omitempty"`
-	CancelRequested bool      `json:"cancel_requested,omitempty"`
-	NotBefore       time.Time `json:"not_before,omitzero"` // earliest next dispatch after a retry
+	Failures        int      `json:"failures"`
+	Host            string   `json:"host,omitempty"`
+	Devices         []string `json:"devices,omitempty"`
+	CancelRequested bool     `json:"cancel_requested,omitempty"`
+	Model           string   `json:"model,omitempty"` // GPU model of the current attempt, as its worker reported
 
 	Held    Credits `json:"held"`    // credits held by the reservation now
 	Charged Credits `json:"charged"` // credits charged at settlement
@@ -88,12 +99,15 @@ type Job struct {
 
 // Attempt records how one dispatch of a job ended.
 type Attempt struct {
-	N       int       `json:"n"`
-	Host    string    `json:"host"`
-	Outcome JobState  `json:"outcome"` // the state the attempt led to
-	Reason  Reason    `json:"reason,omitempty"`
-	Message string    `json:"message,omitempty"`
-	EndedAt time.Time `json:"ended_at"`
+	N         int       `json:"n"`
+	Host      string    `json:"host"`
+	GPUs      int       `json:"gpus"`
+	Outcome   JobState  `json:"outcome"` // the state the attempt led to
+	Reason    Reason    `json:"reason,omitempty"`
+	Message   string    `json:"message,omitempty"`
+	StartedAt time.Time `json:"started_at,omitzero"` // zero if it never started
+	EndedAt   time.Time `json:"ended_at"`
+	Charged   Credits   `json:"charged,omitempty"`
 }
 
 // Clone returns a deep copy.
@@ -114,6 +128,7 @@ func (j *Job) Clone() *Job {
 // s must have its defaults filled in.
 func (j *Job) sameTerms(s Submit) bool {
 	return j.Account == s.Account && j.Priority == s.Priority && j.GPUs == s.GPUs &&
-		j.Cost == s.Cost && slices.Equal(j.Command, s.Command) && maps.Equal(j.Env, s.Env) &&
+		(j.Metered || j.Cost == s.Cost) && j.Metered == s.Metered && j.Hold == s.Hold &&
+		slices.Equal(j.Command, s.Command) && maps.Equal(j.Env, s.Env) &&
 		j.Walltime == s.Walltime && j.MaxAttempts == s.MaxAttempts
 }

@@ -338,7 +338,7 @@ func TestStartedNeedsItsDevices(t *testing.T) {
 	}
 }
 
-func TestLostRetriesWithBackoffThenFails(t *testing.T) {
+func TestLostRetriesThenFails(t *testing.T) {
 	t.Parallel()
 	l := ledgertest.NewLog(t)
 	l.Create("a", 100)
@@ -346,11 +346,10 @@ func TestLostRetriesWithBackoffThenFails(t *testing.T) {
 	l.Start("j", "h1")
 	res := l.Apply(ledger.Lost{Job: "j", Attempt: 1, Reason: "host gone"})
 	req, _ := ledgertest.All[ledger.JobEvent](res), 0
-	if len(req) != 2 || req[1].Type != ledger.EventRequeued || !req[1].NotBefore.Equal(l.Now.Add(ledger.RetryDelay)) {
-		t.Fatalf("lost events = %+v, want lost then requeued until now+%v", req, ledger.RetryDelay)
+	if len(req) != 2 || req[1].Type != ledger.EventRequeued || req[1].Reason != ledger.ReasonLost {
+		t.Fatalf("lost events = %+v, want lost then requeued", req)
 	}
-	wantEvent(t, l.Apply(ledger.Dispatch{Job: "j", Attempt: 2, Host: "h2"}), ledger.EventIgnored, ledger.ReasonBackoff)
-	l.Advance(ledger.RetryDelay)
+	l.Advance(time.Minute)
 	l.Start("j", "h2")
 	wantEvent(t, l.Apply(ledger.Lost{Job: "j", Attempt: 1, Reason: "late"}), ledger.EventIgnored, ledger.ReasonStaleAttempt)
 	res = l.Apply(ledger.Lost{Job: "j", Attempt: 2, Reason: "host gone"})
@@ -561,15 +560,15 @@ func TestBooksCatchDoubleSettlement(t *testing.T) {
 	posts := []ledger.Entry{
 		{Kind: ledger.EntryGrant, Account: "a", Amount: 10, Balance: 10},
 		{Kind: ledger.EntryReserve, Account: "a", Job: "j", Amount: 4, Balance: 10, Reserved: 4},
-		{Kind: ledger.EntryCharge, Account: "a", Job: "j", Amount: 4, Balance: 6, Reserved: 0},
+		{Kind: ledger.EntrySettle, Account: "a", Job: "j", Amount: 4, Held: 4, Balance: 6, Reserved: 0},
 	}
 	for _, e := range posts {
 		if err := b.Post(e); err != nil {
 			t.Fatalf("Post(%+v) = %v", e, err)
 		}
 	}
-	err := b.Post(ledger.Entry{Kind: ledger.EntryRelease, Account: "a", Job: "j", Amount: 4, Balance: 6, Reserved: -4})
-	if !errors.Is(err, ledger.ErrAudit) || !strings.Contains(err.Error(), "already settled by a charge") {
+	err := b.Post(ledger.Entry{Kind: ledger.EntrySettle, Account: "a", Job: "j", Amount: 0, Held: 4, Released: 4, Balance: 6, Reserved: -4})
+	if !errors.Is(err, ledger.ErrAudit) || !strings.Contains(err.Error(), "already settled") {
 		t.Errorf("second settlement: %v", err)
 	}
 }
@@ -618,4 +617,96 @@ func TestInfrastructureFailureRetriesUncharged(t *testing.T) {
 		t.Errorf("second infrastructure failure ended with %+v", last)
 	}
 	wantMoney(t, l, "a", 100, 100)
+}
+
+func TestHeldJobsAreAdmittedInSubmitOrder(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 0)
+	l.Apply(ledger.Admin{Account: "a", ID: "r", Op: ledger.OpRefill, RatePerHour: 100, Cap: 1000})
+	hold := func(id string, cost ledger.Credits) ledger.Result {
+		return l.Apply(ledger.Submit{Account: "a", ID: id, GPUs: 1, Cost: cost, Command: []string{"x"}, Hold: true})
+	}
+	wantEvent(t, hold("big", 50), ledger.EventHeld, "")
+	wantEvent(t, hold("small", 10), ledger.EventHeld, "") // affordable soon, but behind big
+	if a := l.Account("a"); a.Reserved != 0 || len(a.HeldJobs) != 2 {
+		t.Fatalf("held jobs reserved %d, list %v", a.Reserved, a.HeldJobs)
+	}
+	l.Advance(6 * time.Minute) // 10 credits: enough for small, not for big
+	if res := l.Apply(ledger.Admit{Account: "a"}); len(ledgertest.All[ledger.JobEvent](res)) != 0 {
+		t.Fatalf("admitted out of submit order: %+v", res.Effects)
+	}
+	l.Advance(24*time.Minute - time.Nanosecond) // one nanosecond short of 50
+	l.Apply(ledger.Admit{Account: "a"})
+	if j := l.Job("big"); j.State != ledger.StateHeld {
+		t.Fatalf("big admitted before the bucket covered it: %s", j.State)
+	}
+	l.Advance(time.Nanosecond)
+	res := l.Apply(ledger.Admit{Account: "a"})
+	if evs := ledgertest.All[ledger.JobEvent](res); len(evs) != 1 || evs[0].Job != "big" || evs[0].Type != ledger.EventAccepted {
+		t.Fatalf("at 30 minutes: %+v", evs)
+	}
+	wantMoney(t, l, "a", 50, 0)
+	// A grant admits what it pays for at once.
+	l.Apply(ledger.Admin{Account: "a", ID: "g", Op: ledger.OpGrant, Amount: 10})
+	if j := l.Job("small"); j.State != ledger.StatePending || j.Held != 10 {
+		t.Errorf("small after a grant: %s holding %d", j.State, j.Held)
+	}
+	// A held job can be cancelled; it never held anything.
+	hold("later", 500)
+	wantEvent(t, l.Apply(ledger.Cancel{Account: "a", Job: "later"}), ledger.EventCancelled, ledger.ReasonCancelled)
+	if a := l.Account("a"); len(a.HeldJobs) != 0 || a.Reserved != 60 {
+		t.Errorf("after cancelling the held job: %v, reserved %d", a.HeldJobs, a.Reserved)
+	}
+}
+
+func TestMeteredJobsPayForRuntime(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 10_000)
+	metered := func(id string) {
+		t.Helper()
+		res := l.Apply(ledger.Submit{Account: "a", ID: id, GPUs: 2, Metered: true, Walltime: time.Hour, Command: []string{"x"}, MaxAttempts: 2})
+		wantEvent(t, res, ledger.EventAccepted, "")
+	}
+	wantEvent(t, l.Apply(ledger.Submit{Account: "a", ID: "early", GPUs: 1, Metered: true, Command: []string{"x"}}), ledger.EventRejected, ledger.ReasonNoPrice)
+	l.Apply(ledger.SetPricing{ID: "p1", PerGPUHour: map[string]ledger.Credits{"H100": 360, "H200": 720}, Default: 100, FailurePercent: 50})
+	metered("ok")
+	if j := l.Job("ok"); j.Cost != 2*720 {
+		t.Fatalf("reservation = %d, want 2 GPUs × 1h × 720 (the highest price)", j.Cost)
+	}
+	run := func(id, model string, exit int, runtime time.Duration, infra string) ledger.Result {
+		t.Helper()
+		l.Apply(ledger.Dispatch{Job: id, Attempt: l.Job(id).Attempt + 1, Host: "h"})
+		l.Apply(ledger.Report{Type: ledger.ReportStarted, Host: "h", Job: id, Attempt: l.Job(id).Attempt, Devices: []string{"g0", "g1"}, Model: model})
+		return l.Apply(ledger.Report{Type: ledger.ReportDone, Host: "h", Job: id, Attempt: l.Job(id).Attempt, ExitCode: exit, Runtime: runtime, Infra: infra})
+	}
+	// 90.5s rounds up to 91s: ⌈2 × 91 × 360 / 3600⌉ = ⌈18.2⌉ = 19.
+	res := run("ok", "H100", 0, 90500*time.Millisecond, "")
+	e, _ := ledgertest.First[ledger.Entry](res)
+	for _, x := range ledgertest.All[ledger.Entry](res) {
+		if x.Kind == ledger.EntrySettle {
+			e = x
+		}
+	}
+	if e.Kind != ledger.EntrySettle || e.Amount != 19 || e.Held != 1440 || e.Released != 1421 {
+		t.Errorf("settle entry = %+v, want charged 19 of 1440 held, 1421 released", e)
+	}
+	if ev := firstJobEvent(t, res); ev.Charged != 19 || !strings.Contains(ev.Message, "2 GPUs × 91s at 360 per GPU-hour = 19") {
+		t.Errorf("succeeded event = %+v", ev)
+	}
+	// A failure pays FailurePercent of its runtime: ⌈2 × 100 × 360 / 3600⌉ = 20, half is 10.
+	metered("fails")
+	run("fails", "H100", 1, 100*time.Second, "")
+	if j := l.Job("fails"); j.Charged != 10 || j.State != ledger.StateFailed {
+		t.Errorf("failed metered job: %s charged %d, want 10", j.State, j.Charged)
+	}
+	// An infrastructure failure pays nothing; the retry pays for itself only.
+	metered("infra")
+	run("infra", "H200", 137, 30*time.Minute, "Xid 79")
+	run("infra", "", 0, 3600*time.Second, "") // an unknown model pays the default
+	if j := l.Job("infra"); j.Charged != 200 || len(j.Attempts) != 2 || j.Attempts[0].Charged != 0 {
+		t.Errorf("retried metered job: charged %d over attempts %+v, want 200 (2 GPUs × 1h × 100)", j.Charged, j.Attempts)
+	}
+	wantMoney(t, l, "a", 10_000-19-10-200, 10_000-19-10-200)
 }

@@ -35,18 +35,6 @@ const (
 	MaxReasonBytes = 1024
 	// MaxDeviceBytes bounds one device id (a GPU or MIG UUID).
 	MaxDeviceBytes = 128
-	// RetryDelay is the wait before an attempt's first retry; it doubles
-	// with each failed attempt up to MaxRetryDelay.
-	RetryDelay    = time.Second
-	MaxRetryDelay = 5 * time.Minute
+	// MaxHeldJobs bounds the jobs an account may have held at once.
+	MaxHeldJobs = 1000
 )
-
-// retryDelay returns how long a job waits before its next attempt after
-// failures failed attempts (failures ≥ 1).
-func retryDelay(failures int) time.Duration {
-	d := RetryDelay
-	for i := 1; i < failures && d < MaxRetryDelay; i++ {
-		d *= 2
-	}
-	return min(d, MaxRetryDelay)
-}

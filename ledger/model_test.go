@@ -60,21 +60,32 @@ type mAccount struct {
 	last              time.Time
 	carry             *big.Int
 	ops               []ledger.Admin
+	held              []string // held job ids, oldest first
 }
 
 type mJob struct {
-	terms             ledger.Submit
+	terms             ledger.Submit // with defaults; Cost is the reservation for metered jobs
 	state             ledger.JobState
 	attempt, failures int
-	host              string
+	host, model       string
 	cancel            bool
-	notBefore         time.Time
 	held, charged     int64
 }
 
+type mPricing struct {
+	per  map[string]int64
+	def  int64
+	fail int
+	op   string
+}
+
 type model struct {
-	accts map[string]*mAccount
-	jobs  map[string]*mJob
+	accts   map[string]*mAccount
+	jobs    map[string]*mJob
+	pricing *mPricing
+	// touched are the accounts the current command changed; after it,
+	// their held jobs are admitted if the account can pay.
+	touched map[string]bool
 }
 
 func newModel() *model { return &model{accts: map[string]*mAccount{}, jobs: map[string]*mJob{}} }
@@ -106,14 +117,41 @@ func (a *mAccount) refill(at time.Time) {
 	a.carry = r
 }
 
+// touch refills an account the command changes and marks it touched.
+func (m *model) touch(id string, at time.Time) {
+	m.accts[id].refill(at)
+	m.touched[id] = true
+}
+
+// gpuCost is ⌈gpus × seconds × price / 3600⌉.
+func gpuCost(gpus int, seconds, price int64) int64 {
+	n := new(big.Int).Mul(big.NewInt(int64(gpus)*seconds), big.NewInt(price))
+	n.Add(n, big.NewInt(3599))
+	return n.Quo(n, big.NewInt(3600)).Int64()
+}
+
+func secondsUp(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+
+func (m *model) maxPrice() int64 {
+	if m.pricing == nil {
+		return 0
+	}
+	p := m.pricing.def
+	for _, v := range m.pricing.per {
+		p = max(p, v)
+	}
+	return p
+}
+
 func (m *model) submit(c ledger.Submit, at time.Time) string {
 	c = c.WithDefaults()
-	if c.Cost < 0 || c.GPUs < 1 || len(c.Command) == 0 {
+	if c.Cost < 0 || c.GPUs < 1 || len(c.Command) == 0 || c.Metered && c.Cost != 0 {
 		return out(ledger.EventRejected, ledger.ReasonInvalid)
 	}
 	if j := m.jobs[c.ID]; j != nil && j.state != ledger.StateRejected {
-		if slices.Equal(j.terms.Command, c.Command) && j.terms.Account == c.Account && j.terms.Cost == c.Cost &&
-			j.terms.GPUs == c.GPUs && j.terms.Priority == c.Priority && j.terms.MaxAttempts == c.MaxAttempts && j.terms.Walltime == c.Walltime {
+		t := j.terms
+		if slices.Equal(t.Command, c.Command) && t.Account == c.Account && (t.Metered || t.Cost == c.Cost) && t.Metered == c.Metered &&
+			t.Hold == c.Hold && t.GPUs == c.GPUs && t.Priority == c.Priority && t.MaxAttempts == c.MaxAttempts && t.Walltime == c.Walltime {
 			return out(ledger.EventIgnored, ledger.ReasonDuplicate)
 		}
 		return out(ledger.EventRejected, ledger.ReasonDuplicateConflict)
@@ -123,31 +161,87 @@ func (m *model) submit(c ledger.Submit, at time.Time) string {
 		m.jobs[c.ID] = &mJob{terms: c, state: ledger.StateRejected}
 		return out(ledger.EventRejected, ledger.ReasonUnknownAccount)
 	}
-	a.refill(at)
-	if int64(c.Cost) > a.balance-a.reserved {
-		m.jobs[c.ID] = &mJob{terms: c, state: ledger.StateRejected}
-		return out(ledger.EventRejected, ledger.ReasonInsufficientCredits)
+	if c.Metered {
+		price := m.maxPrice()
+		if price == 0 {
+			m.jobs[c.ID] = &mJob{terms: c, state: ledger.StateRejected}
+			return out(ledger.EventRejected, ledger.ReasonNoPrice)
+		}
+		c.Cost = ledger.Credits(gpuCost(c.GPUs, secondsUp(c.Walltime), price))
+	}
+	m.touch(c.Account, at)
+	if int64(c.Cost) > a.balance-a.reserved || c.Hold && len(a.held) > 0 {
+		if !c.Hold {
+			m.jobs[c.ID] = &mJob{terms: c, state: ledger.StateRejected}
+			return out(ledger.EventRejected, ledger.ReasonInsufficientCredits)
+		}
+		m.jobs[c.ID] = &mJob{terms: c, state: ledger.StateHeld}
+		a.held = append(a.held, c.ID)
+		return out(ledger.EventHeld, "")
 	}
 	a.reserved += int64(c.Cost)
 	m.jobs[c.ID] = &mJob{terms: c, state: ledger.StatePending, held: int64(c.Cost)}
 	return out(ledger.EventAccepted, "")
 }
 
+// admitHeld reserves the account's held jobs, oldest first, while it can
+// pay, and reports whether it admitted any.
+func (m *model) admitHeld(id string, at time.Time) bool {
+	a := m.accts[id]
+	if len(a.held) == 0 {
+		return false
+	}
+	a.refill(at)
+	admitted := false
+	for len(a.held) > 0 {
+		j := m.jobs[a.held[0]]
+		if int64(j.terms.Cost) > a.balance-a.reserved {
+			break
+		}
+		a.held = a.held[1:]
+		a.reserved += int64(j.terms.Cost)
+		j.state, j.held = ledger.StatePending, int64(j.terms.Cost)
+		admitted = true
+	}
+	return admitted
+}
+
 func onHost(s ledger.JobState) bool { return s == ledger.StateDispatched || s == ledger.StateRunning }
 
-func (m *model) finish(j *mJob, to ledger.JobState, at time.Time) {
+// finish settles j, charging charged and releasing the rest.
+func (m *model) finish(j *mJob, to ledger.JobState, charged int64, at time.Time) {
 	a := m.accts[j.terms.Account]
-	a.refill(at)
+	m.touch(j.terms.Account, at)
 	if onHost(j.state) {
 		a.runJobs--
 		a.runGPUs -= j.terms.GPUs
 	}
 	a.reserved -= j.held
-	if to == ledger.StateSucceeded {
-		a.balance -= j.held
-		j.charged = j.held
+	a.balance -= charged
+	j.charged, j.held, j.state = charged, 0, to
+}
+
+// charge is what an attempt of j that ran runtime pays, at pct percent.
+func (m *model) charge(j *mJob, runtime time.Duration, pct int) int64 {
+	if pct == 0 {
+		return 0
 	}
-	j.held, j.state = 0, to
+	if !j.terms.Metered {
+		return j.held
+	}
+	price, ok := m.pricing.per[j.model]
+	if !ok {
+		price = m.pricing.def
+	}
+	full := min(gpuCost(j.terms.GPUs, secondsUp(runtime), price), j.held)
+	return full * int64(pct) / 100
+}
+
+func (m *model) failPct(j *mJob) int {
+	if !j.terms.Metered || m.pricing == nil {
+		return 0
+	}
+	return m.pricing.fail
 }
 
 func (m *model) cancel(c ledger.Cancel, at time.Time) string {
@@ -158,7 +252,13 @@ func (m *model) cancel(c ledger.Cancel, at time.Time) string {
 	case j.terms.Account != c.Account:
 		return out(ledger.EventIgnored, ledger.ReasonAccountMismatch)
 	case j.state == ledger.StatePending:
-		m.finish(j, ledger.StateCancelled, at)
+		m.finish(j, ledger.StateCancelled, 0, at)
+		return out(ledger.EventCancelled, ledger.ReasonCancelled)
+	case j.state == ledger.StateHeld:
+		a := m.accts[j.terms.Account]
+		a.held = slices.DeleteFunc(a.held, func(id string) bool { return id == c.Job })
+		m.touched[j.terms.Account] = true
+		j.state = ledger.StateCancelled
 		return out(ledger.EventCancelled, ledger.ReasonCancelled)
 	case onHost(j.state) && j.cancel:
 		return out(ledger.EventIgnored, ledger.ReasonAlreadyCancelled)
@@ -196,11 +296,12 @@ func (m *model) admin(c ledger.Admin, at time.Time) string {
 	case c.Op == ledger.OpCreate:
 		a = &mAccount{balance: int64(c.Balance), weight: 1, last: at, carry: new(big.Int)}
 		m.accts[c.Account] = a
+		m.touched[c.Account] = true
 		result = out(ledger.EventCreated, "")
 	case a == nil:
 		return rejected(ledger.ReasonUnknownAccount)
 	case c.Op == ledger.OpGrant:
-		a.refill(at)
+		m.touch(c.Account, at)
 		nb := a.balance + int64(c.Amount)
 		if nb > int64(ledger.MaxCredits) || nb < -int64(ledger.MaxCredits) {
 			return rejected(ledger.ReasonOverflow)
@@ -211,13 +312,15 @@ func (m *model) admin(c ledger.Admin, at time.Time) string {
 		a.balance = nb
 		result = out(ledger.EventGranted, "")
 	case c.Op == ledger.OpLimits:
+		m.touched[c.Account] = true
 		a.limits = c.Limits
 		result = out(ledger.EventLimitsSet, "")
 	case c.Op == ledger.OpRefill:
-		a.refill(at)
+		m.touch(c.Account, at)
 		a.rate, a.cap, a.last, a.carry = int64(c.RatePerHour), int64(c.Cap), at, new(big.Int)
 		result = out(ledger.EventRefillSet, "")
 	case c.Op == ledger.OpWeight:
+		m.touched[c.Account] = true
 		a.weight = c.Weight
 		result = out(ledger.EventWeightSet, "")
 	}
@@ -225,7 +328,22 @@ func (m *model) admin(c ledger.Admin, at time.Time) string {
 	return result
 }
 
-func (m *model) dispatch(c ledger.Dispatch, at time.Time) string {
+func (m *model) pricingCmd(c ledger.SetPricing) string {
+	if c.FailurePercent < 0 || c.FailurePercent > 100 {
+		return out(ledger.EventRejected, ledger.ReasonInvalid)
+	}
+	if m.pricing != nil && m.pricing.op == c.ID {
+		return out(ledger.EventIgnored, ledger.ReasonDuplicate)
+	}
+	per := map[string]int64{}
+	for k, v := range c.PerGPUHour {
+		per[k] = int64(v)
+	}
+	m.pricing = &mPricing{per: per, def: int64(c.Default), fail: c.FailurePercent, op: c.ID}
+	return out(ledger.EventPricingSet, "")
+}
+
+func (m *model) dispatch(c ledger.Dispatch) string {
 	j := m.jobs[c.Job]
 	if j == nil {
 		return out("invalid", ledger.ReasonUnknownJob)
@@ -237,8 +355,6 @@ func (m *model) dispatch(c ledger.Dispatch, at time.Time) string {
 		return ignored(ledger.ReasonNotPending)
 	case c.Attempt != j.attempt+1:
 		return ignored(ledger.ReasonStaleAttempt)
-	case at.Before(j.notBefore):
-		return ignored(ledger.ReasonBackoff)
 	case a.limits.MaxRunningJobs > 0 && a.runJobs+1 > a.limits.MaxRunningJobs:
 		return ignored(ledger.ReasonMaxRunningJobs)
 	case a.limits.MaxRunningGPUs > 0 && a.runGPUs+j.terms.GPUs > a.limits.MaxRunningGPUs:
@@ -247,6 +363,7 @@ func (m *model) dispatch(c ledger.Dispatch, at time.Time) string {
 	j.state, j.attempt, j.host = ledger.StateDispatched, c.Attempt, c.Host
 	a.runJobs++
 	a.runGPUs += j.terms.GPUs
+	m.touched[j.terms.Account] = true
 	return out(ledger.EventDispatched, "")
 }
 
@@ -254,20 +371,17 @@ func (m *model) retry(j *mJob, reason ledger.Reason, at time.Time) string {
 	j.failures++
 	switch {
 	case j.cancel:
-		m.finish(j, ledger.StateCancelled, at)
+		m.finish(j, ledger.StateCancelled, 0, at)
 		return out(ledger.EventCancelled, ledger.ReasonCancelled)
 	case j.failures >= j.terms.MaxAttempts:
-		m.finish(j, ledger.StateFailed, at)
+		m.finish(j, ledger.StateFailed, 0, at)
 		return out(ledger.EventFailed, ledger.ReasonAttemptsSpent)
 	}
 	a := m.accts[j.terms.Account]
 	a.runJobs--
 	a.runGPUs -= j.terms.GPUs
-	delay := time.Second
-	for i := 1; i < j.failures; i++ {
-		delay *= 2
-	}
-	j.state, j.host, j.notBefore = ledger.StatePending, "", at.Add(min(delay, 5*time.Minute))
+	m.touched[j.terms.Account] = true
+	j.state, j.host, j.model = ledger.StatePending, "", ""
 	return out(ledger.EventRequeued, reason)
 }
 
@@ -291,18 +405,18 @@ func (m *model) report(r ledger.Report, at time.Time) string {
 	case r.Type == ledger.ReportStarted && len(r.Devices) != j.terms.GPUs:
 		return ignored(ledger.ReasonBadDevices)
 	case r.Type == ledger.ReportStarted:
-		j.state = ledger.StateRunning
+		j.state, j.model = ledger.StateRunning, r.Model
 		return out(ledger.EventStarted, "")
 	case r.Type == ledger.ReportDone && r.Infra != "":
 		return m.retry(j, ledger.ReasonInfrastructure, at)
 	case r.Type == ledger.ReportDone && r.ExitCode == 0:
-		m.finish(j, ledger.StateSucceeded, at)
+		m.finish(j, ledger.StateSucceeded, m.charge(j, r.Runtime, 100), at)
 		return out(ledger.EventSucceeded, "")
 	case r.Type == ledger.ReportDone && j.cancel:
-		m.finish(j, ledger.StateCancelled, at)
+		m.finish(j, ledger.StateCancelled, m.charge(j, r.Runtime, m.failPct(j)), at)
 		return out(ledger.EventCancelled, ledger.ReasonCancelled)
 	case r.Type == ledger.ReportDone:
-		m.finish(j, ledger.StateFailed, at)
+		m.finish(j, ledger.StateFailed, m.charge(j, r.Runtime, m.failPct(j)), at)
 		return out(ledger.EventFailed, ledger.ReasonExitCode)
 	}
 	return m.retry(j, ledger.ReasonWorkerRejected, at)
@@ -313,7 +427,7 @@ func (m *model) lost(l ledger.Lost, at time.Time) string {
 	switch {
 	case j == nil:
 		return out("invalid", ledger.ReasonUnknownJob)
-	case l.Attempt != j.attempt:
+	case l.Attempt != j.attempt || j.attempt == 0:
 		return out(ledger.EventIgnored, ledger.ReasonStaleAttempt)
 	case !onHost(j.state):
 		return out(ledger.EventIgnored, ledger.ReasonBadState)
@@ -323,6 +437,19 @@ func (m *model) lost(l ledger.Lost, at time.Time) string {
 }
 
 func (m *model) apply(cmd ledger.Command, at time.Time) string {
+	m.touched = map[string]bool{}
+	result := m.apply1(cmd, at)
+	admitted := false
+	for id := range m.touched {
+		admitted = m.admitHeld(id, at) || admitted
+	}
+	if result == "(no event)" && admitted {
+		result = out(ledger.EventAccepted, "") // an admit's only events are the admissions
+	}
+	return result
+}
+
+func (m *model) apply1(cmd ledger.Command, at time.Time) string {
 	switch c := cmd.(type) {
 	case ledger.Submit:
 		return m.submit(c, at)
@@ -330,12 +457,20 @@ func (m *model) apply(cmd ledger.Command, at time.Time) string {
 		return m.cancel(c, at)
 	case ledger.Admin:
 		return m.admin(c, at)
+	case ledger.SetPricing:
+		return m.pricingCmd(c)
 	case ledger.Dispatch:
-		return m.dispatch(c, at)
+		return m.dispatch(c)
 	case ledger.Report:
 		return m.report(c, at)
 	case ledger.Lost:
 		return m.lost(c, at)
+	case ledger.Admit:
+		if m.accts[c.Account] == nil {
+			return out("invalid", ledger.ReasonUnknownAccount)
+		}
+		m.touch(c.Account, at)
+		return "(no event)"
 	case ledger.Unplaceable:
 		j := m.jobs[c.Job]
 		switch {
@@ -344,7 +479,7 @@ func (m *model) apply(cmd ledger.Command, at time.Time) string {
 		case j.state != ledger.StatePending:
 			return out(ledger.EventIgnored, ledger.ReasonNotPending)
 		}
-		m.finish(j, ledger.StateFailed, at)
+		m.finish(j, ledger.StateFailed, 0, at)
 		return out(ledger.EventFailed, ledger.ReasonUnplaceable)
 	case ledger.Invalid:
 		return out("invalid", c.Reason)
@@ -360,6 +495,8 @@ func outcome(res ledger.Result) string {
 		case ledger.JobEvent:
 			return out(ev.Type, ev.Reason)
 		case ledger.AccountEvent:
+			return out(ev.Type, ev.Reason)
+		case ledger.ConfigEvent:
 			return out(ev.Type, ev.Reason)
 		case ledger.InvalidEvent:
 			return out("invalid", ev.Reason)
@@ -378,10 +515,10 @@ func (m *model) compare(t *rapid.T, s *ledger.State) {
 		if a == nil {
 			t.Fatalf("account %s missing", id)
 		}
-		got := fmt.Sprintf("balance %d reserved %d running %d/%d limits %+v weight %d refill %d/%d",
-			a.Balance, a.Reserved, a.RunningJobs, a.RunningGPUs, a.Limits, a.Weight, a.Refill.RatePerHour, a.Refill.Cap)
-		exp := fmt.Sprintf("balance %d reserved %d running %d/%d limits %+v weight %d refill %d/%d",
-			want.balance, want.reserved, want.runJobs, want.runGPUs, want.limits, want.weight, want.rate, want.cap)
+		got := fmt.Sprintf("balance %d reserved %d running %d/%d limits %+v weight %d refill %d/%d held %v",
+			a.Balance, a.Reserved, a.RunningJobs, a.RunningGPUs, a.Limits, a.Weight, a.Refill.RatePerHour, a.Refill.Cap, a.HeldJobs)
+		exp := fmt.Sprintf("balance %d reserved %d running %d/%d limits %+v weight %d refill %d/%d held %v",
+			want.balance, want.reserved, want.runJobs, want.runGPUs, want.limits, want.weight, want.rate, want.cap, want.held)
 		if got != exp {
 			t.Fatalf("account %s: ledger %s; model %s", id, got, exp)
 		}
@@ -391,10 +528,10 @@ func (m *model) compare(t *rapid.T, s *ledger.State) {
 		if j == nil {
 			t.Fatalf("job %s missing", id)
 		}
-		got := fmt.Sprintf("%s attempt %d failures %d host %q cancel %v held %d charged %d nb %v",
-			j.State, j.Attempt, j.Failures, j.Host, j.CancelRequested, j.Held, j.Charged, j.NotBefore.UTC())
-		exp := fmt.Sprintf("%s attempt %d failures %d host %q cancel %v held %d charged %d nb %v",
-			want.state, want.attempt, want.failures, want.host, want.cancel, want.held, want.charged, want.notBefore.UTC())
+		got := fmt.Sprintf("%s cost %d attempt %d failures %d host %q cancel %v held %d charged %d",
+			j.State, j.Cost, j.Attempt, j.Failures, j.Host, j.CancelRequested, j.Held, j.Charged)
+		exp := fmt.Sprintf("%s cost %d attempt %d failures %d host %q cancel %v held %d charged %d",
+			want.state, want.terms.Cost, want.attempt, want.failures, want.host, want.cancel, want.held, want.charged)
 		if want.state == ledger.StateRejected {
 			got, exp = string(j.State), string(want.state)
 		}
@@ -515,9 +652,19 @@ func TestLedgerMatchesModel(t *testing.T) {
 				if rare(rt, "negative cost") {
 					cost = -cost - 1
 				}
+				metered := rapid.IntRange(0, 2).Draw(rt, "metered") == 2
+				if metered {
+					cost = 0
+					if rare(rt, "metered with a cost") {
+						cost = 5
+					}
+				}
 				fresh(rt, ledger.Submit{
 					Account:     rapid.SampledFrom(accountIDs).Draw(rt, "account"),
 					ID:          id,
+					Metered:     metered,
+					Hold:        rapid.IntRange(0, 2).Draw(rt, "hold") == 2,
+					Walltime:    time.Duration(rapid.IntRange(0, 120).Draw(rt, "walltime minutes")) * time.Minute,
 					Priority:    rapid.IntRange(0, 2).Draw(rt, "priority"),
 					GPUs:        gpus,
 					Cost:        cost,
@@ -563,6 +710,7 @@ func TestLedgerMatchesModel(t *testing.T) {
 				switch typ {
 				case 0:
 					r.Type = ledger.ReportStarted
+					r.Model = rapid.SampledFrom([]string{"H100", "H200", "B200"}).Draw(rt, "model")
 					n := 1
 					if j := m.jobs[id]; j != nil {
 						n = j.terms.GPUs
@@ -573,6 +721,7 @@ func TestLedgerMatchesModel(t *testing.T) {
 					}
 				case 1:
 					r.Type, r.ExitCode = ledger.ReportDone, rapid.SampledFrom([]int{0, 0, 1, 137}).Draw(rt, "exit code")
+					r.Runtime = time.Duration(rapid.Int64Range(0, int64(3*time.Hour)).Draw(rt, "runtime"))
 					if rare(rt, "infra") {
 						r.Infra = "Xid 79"
 					}
@@ -588,6 +737,20 @@ func TestLedgerMatchesModel(t *testing.T) {
 					attempt = max(j.attempt-rapid.IntRange(0, 1).Draw(rt, "stale"), 1)
 				}
 				fresh(rt, ledger.Lost{Job: id, Attempt: attempt, Reason: "heartbeat expired"})
+			},
+			"pricing": func(rt *rapid.T) {
+				per := map[string]ledger.Credits{}
+				for _, m := range []string{"H100", "H200"} {
+					if rapid.Bool().Draw(rt, "priced "+m) {
+						per[m] = ledger.Credits(rapid.Int64Range(0, 400).Draw(rt, "price "+m))
+					}
+				}
+				fresh(rt, ledger.SetPricing{ID: rapid.SampledFrom(opIDs).Draw(rt, "op"), PerGPUHour: per,
+					Default:        ledger.Credits(rapid.Int64Range(0, 200).Draw(rt, "default price")),
+					FailurePercent: rapid.IntRange(0, 100).Draw(rt, "failure percent")})
+			},
+			"admit": func(rt *rapid.T) {
+				fresh(rt, ledger.Admit{Account: rapid.SampledFrom(accountIDs[:3]).Draw(rt, "account")})
 			},
 			"unplaceable": func(rt *rapid.T) {
 				fresh(rt, ledger.Unplaceable{Job: existing(rt, ledger.StatePending), Message: "needs more GPUs than any host has"})

@@ -16,6 +16,8 @@ const (
 	ReasonOverflow            Reason = "overflow"             // an amount would leave the credit range
 	ReasonUnknownJob          Reason = "unknown_job"          // no job has this id
 	ReasonUnplaceable         Reason = "unplaceable"          // no host could ever fit the job (scheduler)
+	ReasonNoPrice             Reason = "no_price"             // a metered job with no price table set
+	ReasonTooManyHeld         Reason = "too_many_held"        // the account already has MaxHeldJobs held
 )
 
 // Reasons a well-formed command changed nothing. The command is consumed; the
@@ -29,7 +31,6 @@ const (
 	ReasonBadState         Reason = "bad_state"          // the report makes no sense in the job's state
 	ReasonBadDevices       Reason = "bad_devices"        // started with a device count other than the job's GPUs
 	ReasonNotPending       Reason = "not_pending"        // a dispatch decision for a job that is not pending
-	ReasonBackoff          Reason = "backoff"            // a dispatch decision before the retry delay ended
 	ReasonMaxRunningJobs   Reason = "max_running_jobs"   // the dispatch would exceed the account's job cap
 	ReasonMaxRunningGPUs   Reason = "max_running_gpus"   // the dispatch would exceed the account's GPU cap
 )

@@ -7,8 +7,9 @@ import (
 
 // dispatch applies the scheduler's decision to run the job's next attempt on
 // a host. The fold re-checks what the decision assumed: the job is pending,
-// this is its next attempt, its retry delay is over and its account's caps
-// allow one more. A decision that no longer holds is a logged no-op.
+// this is its next attempt and its account's caps allow one more. A decision
+// that no longer holds is a logged no-op. (When a retry may go is the
+// scheduler's policy, not the ledger's.)
 func (t *tx) dispatch(c Dispatch) {
 	if err := c.Validate(); err != nil {
 		t.emit(InvalidEvent{Job: c.Job, Reason: ReasonInvalid, Message: "dispatch decision rejected: " + err.Error()})
@@ -29,8 +30,6 @@ func (t *tx) dispatch(c Dispatch) {
 		ignore(ReasonNotPending, "job is %s", j.State)
 	case c.Attempt != j.Attempt+1:
 		ignore(ReasonStaleAttempt, "the next attempt is %d", j.Attempt+1)
-	case t.at.Before(j.NotBefore):
-		ignore(ReasonBackoff, "retry not before %s", j.NotBefore.Format(time.RFC3339Nano))
 	case a.Limits.MaxRunningJobs > 0 && a.RunningJobs >= a.Limits.MaxRunningJobs:
 		ignore(ReasonMaxRunningJobs, "account %s already runs %d of at most %d jobs", a.ID, a.RunningJobs, a.Limits.MaxRunningJobs)
 	case a.Limits.MaxRunningGPUs > 0 && a.RunningGPUs+j.GPUs > a.Limits.MaxRunningGPUs:
@@ -79,7 +78,7 @@ func (t *tx) report(r Report) {
 	case r.Type == ReportStarted && len(r.Devices) != j.GPUs:
 		ignore(ReasonBadDevices, "the job needs %d GPUs, the report lists %d devices", j.GPUs, len(r.Devices))
 	case r.Type == ReportStarted:
-		j.State, j.StartedAt = StateRunning, t.at
+		j.State, j.StartedAt, j.Model = StateRunning, t.at, r.Model
 		j.Devices = append([]string(nil), r.Devices...)
 		t.changedJob(j)
 		t.jobEvent(j.Account, j, JobEvent{Type: EventStarted, Devices: j.Devices,
@@ -92,14 +91,17 @@ func (t *tx) report(r Report) {
 		j.ExitCode, j.RuntimeMS = &code, r.Runtime.Milliseconds()
 		switch {
 		case code == 0:
-			t.endAttempt(j, StateSucceeded, "", "")
-			t.finish(j, StateSucceeded, "", fmt.Sprintf("exited 0 after %v", r.Runtime))
+			charge, how := t.charge(j, r.Runtime, 100)
+			t.endAttempt(j, StateSucceeded, "", "", charge)
+			t.finish(j, StateSucceeded, "", fmt.Sprintf("exited 0 after %v%s", r.Runtime, how), charge)
 		case j.CancelRequested:
-			t.endAttempt(j, StateCancelled, ReasonCancelled, fmt.Sprintf("exit code %d", code))
-			t.finish(j, StateCancelled, ReasonCancelled, fmt.Sprintf("cancelled; exited %d after %v", code, r.Runtime))
+			charge, how := t.charge(j, r.Runtime, t.failurePercent(j))
+			t.endAttempt(j, StateCancelled, ReasonCancelled, fmt.Sprintf("exit code %d", code), charge)
+			t.finish(j, StateCancelled, ReasonCancelled, fmt.Sprintf("cancelled; exited %d after %v%s", code, r.Runtime, how), charge)
 		default:
-			t.endAttempt(j, StateFailed, ReasonExitCode, fmt.Sprintf("exit code %d", code))
-			t.finish(j, StateFailed, ReasonExitCode, fmt.Sprintf("exited %d after %v", code, r.Runtime))
+			charge, how := t.charge(j, r.Runtime, t.failurePercent(j))
+			t.endAttempt(j, StateFailed, ReasonExitCode, fmt.Sprintf("exit code %d", code), charge)
+			t.finish(j, StateFailed, ReasonExitCode, fmt.Sprintf("exited %d after %v%s", code, r.Runtime, how), charge)
 		}
 	default: // ReportRejected
 		t.retry(j, ReasonWorkerRejected, fmt.Sprintf("%s could not start attempt %d: %s", j.Host, j.Attempt, r.Reason))
@@ -118,7 +120,7 @@ func (t *tx) lost(l Lost) {
 		return
 	}
 	switch {
-	case l.Attempt != j.Attempt:
+	case l.Attempt != j.Attempt || j.Attempt == 0:
 		t.jobEvent(j.Account, j, JobEvent{Type: EventIgnored, Reason: ReasonStaleAttempt,
 			Message: fmt.Sprintf("lost decision for attempt %d ignored: the job's attempt is %d", l.Attempt, j.Attempt)})
 	case !j.State.OnHost():
@@ -145,7 +147,7 @@ func (t *tx) unplaceable(u Unplaceable) {
 		t.jobEvent(j.Account, j, JobEvent{Type: EventIgnored, Reason: ReasonNotPending,
 			Message: fmt.Sprintf("unplaceable decision ignored: the job is %s", j.State)})
 	default:
-		t.finish(j, StateFailed, ReasonUnplaceable, u.Message)
+		t.finish(j, StateFailed, ReasonUnplaceable, u.Message, 0)
 	}
 }
 
@@ -156,39 +158,76 @@ func (t *tx) retry(j *Job, reason Reason, msg string) {
 	j.Failures++
 	switch {
 	case j.CancelRequested:
-		t.endAttempt(j, StateCancelled, reason, msg)
-		t.finish(j, StateCancelled, ReasonCancelled, "cancelled; "+msg)
+		t.endAttempt(j, StateCancelled, reason, msg, 0)
+		t.finish(j, StateCancelled, ReasonCancelled, "cancelled; "+msg, 0)
 	case j.Failures >= j.MaxAttempts:
-		t.endAttempt(j, StateFailed, reason, msg)
+		t.endAttempt(j, StateFailed, reason, msg, 0)
 		t.finish(j, StateFailed, ReasonAttemptsSpent,
-			fmt.Sprintf("%s; no attempts left (%d of %d failed)", msg, j.Failures, j.MaxAttempts))
+			fmt.Sprintf("%s; no attempts left (%d of %d failed)", msg, j.Failures, j.MaxAttempts), 0)
 	default:
-		t.endAttempt(j, StatePending, reason, msg)
+		t.endAttempt(j, StatePending, reason, msg, 0)
 		a := t.s.Accounts[j.Account]
 		a.RunningJobs--
 		a.RunningGPUs -= j.GPUs
 		t.changedAccount(a)
-		j.State, j.Host, j.Devices = StatePending, "", nil
-		j.NotBefore = t.at.Add(retryDelay(j.Failures))
+		j.State, j.Host, j.Devices, j.Model = StatePending, "", nil, ""
+		j.StartedAt = time.Time{}
 		j.Reason, j.Message = reason, msg
 		t.changedJob(j)
-		t.jobEvent(j.Account, j, JobEvent{Type: EventRequeued, Reason: reason, NotBefore: j.NotBefore,
-			Message: fmt.Sprintf("%s; attempt %d of %d after %v", msg, j.Attempt+1, j.MaxAttempts, retryDelay(j.Failures))})
+		t.jobEvent(j.Account, j, JobEvent{Type: EventRequeued, Reason: reason,
+			Message: fmt.Sprintf("%s; attempt %d of %d follows (never charged for this one)", msg, j.Attempt+1, j.MaxAttempts)})
 	}
 }
 
-// endAttempt records how the job's current attempt ended.
-func (t *tx) endAttempt(j *Job, outcome JobState, reason Reason, msg string) {
-	j.Attempts = append(j.Attempts, Attempt{N: j.Attempt, Host: j.Host, Outcome: outcome, Reason: reason, Message: msg, EndedAt: t.at})
+// endAttempt records how the job's current attempt ended and what it was
+// charged.
+func (t *tx) endAttempt(j *Job, outcome JobState, reason Reason, msg string, charged Credits) {
+	j.Attempts = append(j.Attempts, Attempt{N: j.Attempt, Host: j.Host, GPUs: j.GPUs, Outcome: outcome, Reason: reason,
+		Message: msg, StartedAt: j.StartedAt, EndedAt: t.at, Charged: charged})
 	t.changedJob(j)
 }
 
-// finish settles j's reservation and moves it to a final state: the
-// reservation is charged on success and released otherwise. It is the only
-// place a job leaves the active states, so no job is settled twice.
-func (t *tx) finish(j *Job, to JobState, reason Reason, msg string) {
-	if !j.State.Active() || !to.Terminal() {
-		panic(fmt.Sprintf("ledger: finish of job %s from %s to %s", j.ID, j.State, to))
+// failurePercent is the share of its runtime charge a failed or cancelled
+// attempt of j pays: the price table's for metered jobs; none for
+// fixed-cost jobs, which are released in full.
+func (t *tx) failurePercent(j *Job) int {
+	if !j.Metered || t.s.Pricing == nil {
+		return 0
+	}
+	return t.s.Pricing.FailurePercent
+}
+
+// charge returns what j's attempt that ran for runtime is charged, pct
+// percent of its full charge, and a note for the message. A fixed-cost job's
+// full charge is its cost; a metered job's is its GPU-seconds, rounded up to
+// the second, at its model's price, never more than it reserved.
+func (t *tx) charge(j *Job, runtime time.Duration, pct int) (Credits, string) {
+	if pct == 0 {
+		return 0, ""
+	}
+	if !j.Metered {
+		return j.Held, ""
+	}
+	secs := ceilSeconds(runtime)
+	price := t.s.Pricing.Price(j.Model)
+	full, ok := gpuSecondsCost(j.GPUs, secs, price)
+	if !ok || full > j.Held {
+		full = j.Held
+	}
+	c := full * Credits(pct) / 100
+	note := fmt.Sprintf("; metered: %d GPUs × %ds at %d per GPU-hour = %d", j.GPUs, secs, price, full)
+	if pct < 100 {
+		note += fmt.Sprintf(", %d%% charged = %d", pct, c)
+	}
+	return c, note
+}
+
+// finish settles j's reservation and moves it to a final state: it charges
+// charged (at most what is held) and releases the rest. It is the only place
+// a job leaves the active states, so no job is settled twice.
+func (t *tx) finish(j *Job, to JobState, reason Reason, msg string, charged Credits) {
+	if !j.State.Active() || !to.Terminal() || charged < 0 || charged > j.Held {
+		panic(fmt.Sprintf("ledger: finish of job %s from %s to %s charging %d of %d", j.ID, j.State, to, charged, j.Held))
 	}
 	a := t.s.Accounts[j.Account]
 	t.touch(a)
@@ -197,15 +236,10 @@ func (t *tx) finish(j *Job, to JobState, reason Reason, msg string) {
 		a.RunningGPUs -= j.GPUs
 	}
 	held := j.Held
-	j.Held = 0
+	j.Held, j.Charged = 0, charged
 	a.Reserved -= held
-	if to == StateSucceeded {
-		a.Balance -= held
-		j.Charged = held
-		t.journal(a, Entry{Kind: EntryCharge, Job: j.ID, Amount: held})
-	} else {
-		t.journal(a, Entry{Kind: EntryRelease, Job: j.ID, Amount: held, Reason: reason})
-	}
+	a.Balance -= charged
+	t.journal(a, Entry{Kind: EntrySettle, Job: j.ID, Amount: charged, Held: held, Released: held - charged, Reason: reason})
 	j.State, j.Reason, j.Message, j.EndedAt = to, reason, msg, t.at
 	t.changedJob(j)
 	t.jobEvent(a.ID, j, JobEvent{Type: finalEvent[to]})

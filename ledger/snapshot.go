@@ -49,3 +49,23 @@ func UnmarshalJob(data []byte) (*Job, error) {
 	}
 	return &j, nil
 }
+
+// MarshalPricing encodes the price table for storage.
+func MarshalPricing(p *Pricing) ([]byte, error) {
+	if err := (SetPricing{ID: p.OpID, PerGPUHour: p.PerGPUHour, Default: p.Default, FailurePercent: p.FailurePercent}).Validate(); err != nil {
+		return nil, fmt.Errorf("encode the price table: %w", err)
+	}
+	return json.Marshal(p)
+}
+
+// UnmarshalPricing decodes a stored price table and checks it.
+func UnmarshalPricing(data []byte) (*Pricing, error) {
+	var p Pricing
+	if err := json.Unmarshal(data, &p); err != nil {
+		return nil, fmt.Errorf("decode the price table: %w", err)
+	}
+	if err := (SetPricing{ID: p.OpID, PerGPUHour: p.PerGPUHour, Default: p.Default, FailurePercent: p.FailurePercent}).Validate(); err != nil {
+		return nil, fmt.Errorf("decode the price table: %w", err)
+	}
+	return &p, nil
+}

@@ -12,6 +12,8 @@ import (
 type State struct {
 	Accounts map[string]*Account
 	Jobs     map[string]*Job
+	// Pricing is the price table of metered jobs; nil until one is set.
+	Pricing *Pricing
 	// Seq is the highest log sequence applied.
 	Seq uint64
 }
@@ -26,6 +28,7 @@ func (s *State) Clone() *State {
 	c := &State{
 		Accounts: make(map[string]*Account, len(s.Accounts)),
 		Jobs:     make(map[string]*Job, len(s.Jobs)),
+		Pricing:  s.Pricing.Clone(),
 		Seq:      s.Seq,
 	}
 	for id, a := range s.Accounts {
@@ -67,10 +70,19 @@ func (s *State) Apply(cmd Command, seq uint64, at time.Time) Result {
 		t.lost(c)
 	case Unplaceable:
 		t.unplaceable(c)
+	case SetPricing:
+		t.setPricing(c)
+	case Admit:
+		t.admit(c)
 	case Invalid:
 		t.emit(InvalidEvent{Account: c.Account, Reason: c.Reason, Message: c.Message})
 	default:
 		panic(fmt.Sprintf("ledger: unknown command type %T", cmd))
+	}
+	// Money may have come free on the accounts this command touched: admit
+	// their held jobs it now pays for, in submit order.
+	for i := 0; i < len(t.accounts); i++ {
+		t.admitHeld(t.accounts[i])
 	}
 	t.mustCheck()
 	if seq > s.Seq {
@@ -95,9 +107,10 @@ func (s *State) reflected(cmd Command, seq uint64) bool {
 		a, ok := s.Accounts[acct]
 		return ok && a.Seq >= seq
 	}
+	priced := s.Pricing != nil && s.Pricing.Seq >= seq // metered submits and settlements read the table
 	switch c := cmd.(type) {
 	case Submit:
-		return seen(c.Account, c.ID)
+		return seen(c.Account, c.ID) || c.Metered && priced
 	case Cancel:
 		return seen("", c.Job)
 	case Admin:
@@ -105,11 +118,15 @@ func (s *State) reflected(cmd Command, seq uint64) bool {
 	case Dispatch:
 		return seen("", c.Job)
 	case Report:
-		return seen("", c.Job)
+		return seen("", c.Job) || priced
 	case Lost:
 		return seen("", c.Job)
 	case Unplaceable:
 		return seen("", c.Job)
+	case Admit:
+		return seen(c.Account, "")
+	case SetPricing:
+		return priced
 	}
 	return false
 }

@@ -5,14 +5,16 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 )
 
-// submit reserves the job's cost and queues it, or rejects it.
+// submit reserves the job's cost and queues it, holds it, or rejects it.
 //
-// A job id held by an accepted job is taken for good: the same terms again
-// are a harmless duplicate, other terms are a conflict. A rejected job does
-// not hold its id; submitting it again is evaluated afresh, so a pipeline can
-// retry a job that was refused for credits once the account is topped up.
+// A job id held by an accepted (or held) job is taken for good: the same
+// terms again are a harmless duplicate, other terms are a conflict. A
+// rejected job does not hold its id; submitting it again is evaluated
+// afresh, so a pipeline can retry a job that was refused for credits once
+// the account is topped up.
 func (t *tx) submit(c Submit) {
 	c = c.WithDefaults()
 	if err := c.Validate(); err != nil {
@@ -42,21 +44,105 @@ func (t *tx) submit(c Submit) {
 			fmt.Sprintf("account %s does not exist; an admin must create it first", c.Account))
 		return
 	}
+	if c.Metered {
+		price := t.s.Pricing.MaxPrice()
+		if price == 0 {
+			t.rejectSubmission(c, ReasonNoPrice, "a metered job needs a price table, and none is set; give a cost, or ask an admin to set prices")
+			return
+		}
+		cost, ok := gpuSecondsCost(c.GPUs, ceilSeconds(c.Walltime), price)
+		if !ok {
+			t.rejectSubmission(c, ReasonOverflow, fmt.Sprintf("%d GPUs for %v at %d credits per GPU-hour pass the limit of %d credits", c.GPUs, c.Walltime, price, MaxCredits))
+			return
+		}
+		c.Cost = cost
+	}
 	t.touch(a)
-	if c.Cost > a.Available() {
-		t.rejectSubmission(c, ReasonInsufficientCredits,
-			fmt.Sprintf("job %s costs %d but account %s has %d available (balance %d, reserved %d)",
-				c.ID, c.Cost, a.ID, a.Available(), a.Balance, a.Reserved))
+	if c.Cost > a.Available() || c.Hold && len(a.HeldJobs) > 0 {
+		if !c.Hold {
+			t.rejectSubmission(c, ReasonInsufficientCredits,
+				fmt.Sprintf("job %s costs %d but account %s has %d available (balance %d, reserved %d)",
+					c.ID, c.Cost, a.ID, a.Available(), a.Balance, a.Reserved))
+			return
+		}
+		if len(a.HeldJobs) >= MaxHeldJobs {
+			t.rejectSubmission(c, ReasonTooManyHeld, fmt.Sprintf("account %s already holds %d jobs waiting for credits", a.ID, len(a.HeldJobs)))
+			return
+		}
+		// Held jobs are admitted in submit order, so a new one waits behind
+		// any already held even if it is cheap enough now.
+		j := newJob(c, t.seq, t)
+		j.State = StateHeld
+		t.s.Jobs[j.ID] = j
+		t.changedJob(j)
+		a.HeldJobs = append(a.HeldJobs, j.ID)
+		t.changedAccount(a)
+		t.jobEvent(a.ID, j, JobEvent{Type: EventHeld,
+			Message: fmt.Sprintf("held: it costs %d, account %s has %d available; it is reserved when the account can pay, after %d held before it",
+				j.Cost, a.ID, a.Available(), len(a.HeldJobs)-1)})
 		return
 	}
 	j := newJob(c, t.seq, t)
-	j.State, j.Held = StatePending, c.Cost
-	a.Reserved += c.Cost // cannot overflow: Cost ≤ Available ≤ Balance - Reserved
+	t.reserve(a, j, fmt.Sprintf("reserved %d of %d available", c.Cost, a.Available()))
+}
+
+// reserve holds j's cost on a and queues j.
+func (t *tx) reserve(a *Account, j *Job, msg string) {
+	j.State, j.Held = StatePending, j.Cost
+	a.Reserved += j.Cost // cannot overflow: Cost ≤ Available ≤ Balance - Reserved
 	t.s.Jobs[j.ID] = j
 	t.changedJob(j)
-	t.journal(a, Entry{Kind: EntryReserve, Job: j.ID, Amount: c.Cost})
-	t.jobEvent(a.ID, j, JobEvent{Type: EventAccepted,
-		Message: fmt.Sprintf("reserved %d of %d available", c.Cost, a.Available()+c.Cost)})
+	t.changedAccount(a)
+	t.journal(a, Entry{Kind: EntryReserve, Job: j.ID, Amount: j.Cost})
+	t.jobEvent(a.ID, j, JobEvent{Type: EventAccepted, Message: msg})
+}
+
+// admitHeld reserves and queues a's held jobs, oldest first, while the
+// account can pay for the next one.
+func (t *tx) admitHeld(a *Account) {
+	if len(a.HeldJobs) == 0 {
+		return
+	}
+	t.touch(a)
+	for len(a.HeldJobs) > 0 {
+		j := t.s.Jobs[a.HeldJobs[0]]
+		if j.Cost > a.Available() {
+			return
+		}
+		a.HeldJobs = a.HeldJobs[1:]
+		t.reserve(a, j, fmt.Sprintf("reserved %d of %d available after waiting for credits since %s",
+			j.Cost, a.Available(), j.SubmittedAt.Format(time.RFC3339)))
+	}
+}
+
+// setPricing replaces the price table.
+func (t *tx) setPricing(c SetPricing) {
+	if err := c.Validate(); err != nil {
+		t.emit(ConfigEvent{Type: EventRejected, OpID: c.ID, Reason: ReasonInvalid, Message: "price table rejected: " + err.Error()})
+		return
+	}
+	if p := t.s.Pricing; p != nil && p.OpID == c.ID {
+		t.emit(ConfigEvent{Type: EventIgnored, OpID: c.ID, Reason: ReasonDuplicate, Message: fmt.Sprintf("op %s was already applied", c.ID)})
+		return
+	}
+	t.s.Pricing = &Pricing{PerGPUHour: maps.Clone(c.PerGPUHour), Default: c.Default, FailurePercent: c.FailurePercent, OpID: c.ID, Seq: t.seq}
+	t.res.Changed = append(t.res.Changed, Key{Kind: KeyPricing})
+	t.emit(ConfigEvent{Type: EventPricingSet, OpID: c.ID, Message: t.s.Pricing.String()})
+}
+
+// admit brings an account's refill up to now; admitHeld, which runs after
+// every command that touched an account, then admits what it can pay for.
+func (t *tx) admit(c Admit) {
+	if err := c.Validate(); err != nil {
+		t.emit(InvalidEvent{Reason: ReasonInvalid, Message: "admit decision rejected: " + err.Error()})
+		return
+	}
+	a := t.s.Accounts[c.Account]
+	if a == nil {
+		t.emit(InvalidEvent{Account: c.Account, Reason: ReasonUnknownAccount, Message: fmt.Sprintf("admit decision for unknown account %s", c.Account)})
+		return
+	}
+	t.touch(a)
 }
 
 // rejectSubmission records a refused submission as a rejected job, replacing
@@ -80,6 +166,8 @@ func newJob(c Submit, submitSeq uint64, t *tx) *Job {
 		Env:         maps.Clone(c.Env),
 		Walltime:    c.Walltime,
 		MaxAttempts: c.MaxAttempts,
+		Metered:     c.Metered,
+		Hold:        c.Hold,
 		SubmitSeq:   submitSeq,
 		SubmittedAt: t.at,
 	}
@@ -97,8 +185,13 @@ func termDiff(j *Job, c Submit) string {
 	if j.GPUs != c.GPUs {
 		d = append(d, fmt.Sprintf("gpus %d, not %d", j.GPUs, c.GPUs))
 	}
-	if j.Cost != c.Cost {
+	if j.Metered != c.Metered {
+		d = append(d, fmt.Sprintf("metered %v, not %v", j.Metered, c.Metered))
+	} else if !j.Metered && j.Cost != c.Cost {
 		d = append(d, fmt.Sprintf("cost %d, not %d", j.Cost, c.Cost))
+	}
+	if j.Hold != c.Hold {
+		d = append(d, fmt.Sprintf("hold %v, not %v", j.Hold, c.Hold))
 	}
 	if !slices.Equal(j.Command, c.Command) {
 		d = append(d, "another command")

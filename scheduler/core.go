@@ -10,22 +10,25 @@ import (
 	"github.com/gpuq/gpuq/wire"
 )
 
-// Core decides what runs where. It keeps the queue of pending jobs, the
-// hosts and their free GPUs, and the decisions it has published but not yet
+// Core decides what runs where. It keeps the queue of pending jobs ordered
+// by priority, fair share and age, the hosts and their free GPUs, each
+// account's decayed usage, and the decisions it has published but not yet
 // seen applied by the fold; [Core.Decide] returns new decisions as values.
 //
 // Core reads the ledger but never changes it: a decision takes effect only
-// when the fold applies it from the log, and the fold re-checks everything
-// the decision assumed.
+// when the fold applies it from the log, and the fold re-checks what the
+// decision assumed.
 //
 // Core performs no I/O, reads no clock and is not safe for concurrent use.
 type Core struct {
 	cfg      CoreConfig
 	queue    *Queue
+	usage    *usage
 	hosts    map[string]*hostState
 	onHost   map[string]placement // jobs the ledger has on a host: dispatched or running
 	inflight map[string]*decision // dispatch decisions published, not yet applied
-	perAcct  map[string]*usage    // GPUs and jobs of in-flight decisions, per account
+	perAcct  map[string]*load     // GPUs and jobs of in-flight decisions, per account
+	weights  map[string]int       // each account's fair-share weight
 	// unplaceableSince is when each job was first seen needing more GPUs
 	// than any live host has.
 	unplaceableSince map[string]time.Time
@@ -33,53 +36,15 @@ type Core struct {
 	goneSince map[string]time.Time
 	// lostSent is when a lost verdict was last published for each job.
 	lostSent map[string]time.Time
-	// missingSince is when a running attempt was first absent from its
-	// live host's heartbeat (a worker restarted, or lost track of it).
+	// missingSince is when an attempt was first absent from its live
+	// host's heartbeat (a worker restarted, or never took the order).
 	missingSince map[string]time.Time
-}
-
-// CoreConfig tunes the decisions. The zero value means defaults.
-type CoreConfig struct {
-	// UnplaceableAfter is how long a job may need more GPUs than the largest
-	// live host has before it fails as unplaceable. Hosts may join, so this
-	// is a grace period, not a verdict at first sight. Defaults to 1m; a
-	// negative value means at once.
-	UnplaceableAfter time.Duration
-	// LostAfter is how long a host may be gone (its heartbeat key expired),
-	// or a running attempt missing from its host's heartbeat, before the
-	// attempt is declared lost. Defaults to 30s; a negative value means at
-	// once.
-	LostAfter time.Duration
-	// StartTimeout is how long a dispatched attempt may go unlisted by its
-	// live host (the worker never took the order) before it is declared
-	// lost. Workers take orders in turn, so this is longer. Defaults to 5m.
-	StartTimeout time.Duration
-	// DecisionTimeout is how long a published decision may go unapplied
-	// before Core forgets it and may decide again. Defaults to 30s.
-	DecisionTimeout time.Duration
-	// MaxExamine bounds how many queued jobs one Decide looks at. Defaults
-	// to 10000.
-	MaxExamine int
-}
-
-func (c *CoreConfig) withDefaults() CoreConfig {
-	out := *c
-	if out.UnplaceableAfter == 0 {
-		out.UnplaceableAfter = time.Minute
-	}
-	if out.LostAfter == 0 {
-		out.LostAfter = 30 * time.Second
-	}
-	if out.StartTimeout <= 0 {
-		out.StartTimeout = 5 * time.Minute
-	}
-	if out.DecisionTimeout <= 0 {
-		out.DecisionTimeout = 30 * time.Second
-	}
-	if out.MaxExamine <= 0 {
-		out.MaxExamine = 10000
-	}
-	return out
+	// admitSent is the refill time an admit decision was last published
+	// for, per account.
+	admitSent map[string]time.Time
+	// shadows are the reservations the last Decide made for blocked jobs,
+	// for tests and explanations.
+	shadows map[string]Shadow
 }
 
 type hostState struct {
@@ -98,48 +63,106 @@ func (h *hostState) free() int { return max(h.capacity-h.used-h.inflight-h.stray
 
 type placement struct {
 	host    string
+	account string
 	gpus    int
 	attempt int
-	running bool // the worker reported it started
+	running bool      // the worker reported it started
+	end     time.Time // when it ends at the latest: its start plus walltime
+	// usage charged to the account for this attempt until it ends: its GPUs
+	// times its walltime, at dispatch.
+	estimate float64
+	at       time.Time
 }
 
 type decision struct {
 	job, account, host string
 	attempt, gpus      int
 	at                 time.Time
+	end                time.Time
+	estimate           float64
 }
 
-type usage struct{ jobs, gpus int }
+type load struct{ jobs, gpus int }
+
+// Shadow is the reservation EASY backfill makes for the first job that
+// cannot start: on Host, at At at the latest, when running jobs have
+// reached their walltimes; Spare GPUs of Host are free at that time beyond
+// what the job needs. A later job may start now only if it leaves the
+// reservation whole.
+type Shadow struct {
+	Job   string
+	Host  string
+	At    time.Time
+	Spare int
+}
 
 // NewCore returns a core with no hosts and an empty queue.
 func NewCore(cfg CoreConfig) *Core {
-	return &Core{
+	c := &Core{
 		cfg:              cfg.withDefaults(),
-		queue:            NewQueue(),
 		hosts:            map[string]*hostState{},
 		onHost:           map[string]placement{},
 		inflight:         map[string]*decision{},
-		perAcct:          map[string]*usage{},
+		perAcct:          map[string]*load{},
+		weights:          map[string]int{},
 		unplaceableSince: map[string]time.Time{},
 		goneSince:        map[string]time.Time{},
 		lostSent:         map[string]time.Time{},
 		missingSince:     map[string]time.Time{},
+		admitSent:        map[string]time.Time{},
+		shadows:          map[string]Shadow{},
 	}
+	c.usage = newUsage(c.cfg.HalfLife)
+	c.queue = NewQueue(c.share)
+	return c
 }
 
-// Load indexes every job of s, replacing what Core knew of jobs. Hosts are
-// kept.
+// share is an account's decayed GPU-seconds over its weight: the fair-share
+// key among accounts whose best jobs have equal priority.
+func (c *Core) share(account string) float64 {
+	w := c.weights[account]
+	if w < 1 {
+		w = 1
+	}
+	return c.usage.value(account) / float64(w)
+}
+
+// Share returns an account's current share, for explanations: its decayed
+// GPU-seconds of use, including the walltime of what it runs now, over its
+// weight.
+func (c *Core) Share(account string, now time.Time) float64 {
+	return c.usage.decayedAt(account, now) / float64(max(c.weights[account], 1))
+}
+
+// Load indexes every job and account of s, replacing what Core knew of
+// them. Hosts are kept.
 func (c *Core) Load(s *ledger.State) {
-	c.queue = NewQueue()
+	c.usage = newUsage(c.cfg.HalfLife)
+	c.queue = NewQueue(c.share)
 	c.onHost = map[string]placement{}
 	c.inflight = map[string]*decision{}
-	c.perAcct = map[string]*usage{}
+	c.perAcct = map[string]*load{}
+	c.weights = map[string]int{}
 	for _, h := range c.hosts {
 		h.used, h.inflight = 0, 0
 	}
+	for id, a := range s.Accounts {
+		c.weights[id] = a.Weight
+	}
 	for _, j := range s.Jobs {
+		for _, a := range j.Attempts {
+			c.usage.add(j.Account, attemptUsage(a), a.EndedAt)
+		}
 		c.index(j)
 	}
+}
+
+// attemptUsage is the GPU-seconds an ended attempt used.
+func attemptUsage(a ledger.Attempt) float64 {
+	if a.StartedAt.IsZero() || !a.EndedAt.After(a.StartedAt) {
+		return 0
+	}
+	return float64(a.GPUs) * a.EndedAt.Sub(a.StartedAt).Seconds()
 }
 
 // Queue returns the queue of pending jobs, for reading.
@@ -153,9 +176,15 @@ func (c *Core) Observe(s *ledger.State, cmd ledger.Command, res ledger.Result) {
 		}
 	}
 	for _, k := range res.Changed {
-		if k.Kind == ledger.KeyJob {
+		switch k.Kind {
+		case ledger.KeyJob:
 			if j := s.Jobs[k.ID]; j != nil {
 				c.index(j)
+			}
+		case ledger.KeyAccount:
+			if a := s.Accounts[k.ID]; a != nil && c.weights[k.ID] != a.Weight {
+				c.weights[k.ID] = a.Weight
+				c.queue.FixAccount(k.ID)
 			}
 		}
 	}
@@ -168,7 +197,7 @@ func (c *Core) Observe(s *ledger.State, cmd ledger.Command, res ledger.Result) {
 	}
 }
 
-// index brings the queue and host usage in line with j's state.
+// index brings the queue, host usage and account usage in line with j.
 func (c *Core) index(j *ledger.Job) {
 	if p, ok := c.onHost[j.ID]; ok && (!j.State.OnHost() || p.host != j.Host || p.attempt != j.Attempt) {
 		if h := c.hosts[p.host]; h != nil {
@@ -176,19 +205,33 @@ func (c *Core) index(j *ledger.Job) {
 		}
 		delete(c.onHost, j.ID)
 		delete(c.missingSince, j.ID)
+		// The attempt ended: its estimate gives way to what it really used.
+		c.usage.add(p.account, -p.estimate, p.at)
+		if n := len(j.Attempts); n > 0 && j.Attempts[n-1].N == p.attempt {
+			c.usage.add(j.Account, attemptUsage(j.Attempts[n-1]), j.Attempts[n-1].EndedAt)
+		}
+		c.queue.FixAccount(p.account)
 	}
 	if j.State.OnHost() {
 		p, ok := c.onHost[j.ID]
 		if !ok {
-			p = placement{host: j.Host, gpus: j.GPUs, attempt: j.Attempt}
+			p = placement{host: j.Host, account: j.Account, gpus: j.GPUs, attempt: j.Attempt,
+				estimate: float64(j.GPUs) * j.Walltime.Seconds(), at: j.DispatchedAt}
 			if h := c.hosts[j.Host]; h != nil {
 				h.used += j.GPUs
 			}
+			c.usage.add(j.Account, p.estimate, p.at)
+			c.queue.FixAccount(j.Account)
 		}
 		if running := j.State == ledger.StateRunning; running != p.running {
 			p.running = running
 			delete(c.missingSince, j.ID) // the grace restarts for the new state
 		}
+		start := j.DispatchedAt
+		if p.running {
+			start = j.StartedAt
+		}
+		p.end = start.Add(j.Walltime)
 		c.onHost[j.ID] = p
 	}
 	if j.State == ledger.StatePending && c.inflight[j.ID] == nil {
@@ -204,8 +247,8 @@ func (c *Core) index(j *ledger.Job) {
 	}
 }
 
-// SetHost records a host's latest heartbeat, received at now. A running
-// attempt the heartbeat does not list starts its grace period as missing.
+// SetHost records a host's latest heartbeat, received at now. An attempt
+// the heartbeat does not list starts its grace period as missing.
 func (c *Core) SetHost(h wire.Host, now time.Time) {
 	hs := c.hosts[h.Host]
 	if hs == nil {
@@ -265,8 +308,11 @@ func (c *Core) Hosts() []wire.Host {
 	return out
 }
 
-// Abandon forgets a decision that could not be published, so its job can be
-// decided again.
+// Shadows returns the backfill reservations of the last Decide, by job.
+func (c *Core) Shadows() map[string]Shadow { return c.shadows }
+
+// Abandon forgets a decision that could not be published, so it can be
+// made again.
 func (c *Core) Abandon(s *ledger.State, cmd ledger.Command) {
 	var job string
 	switch d := cmd.(type) {
@@ -280,6 +326,8 @@ func (c *Core) Abandon(s *ledger.State, cmd ledger.Command) {
 	case ledger.Lost:
 		job = d.Job
 		delete(c.lostSent, d.Job)
+	case ledger.Admit:
+		delete(c.admitSent, d.Account)
 	}
 	if j := s.Jobs[job]; j != nil {
 		c.index(j)
@@ -298,20 +346,36 @@ func (c *Core) forget(d *decision) {
 			delete(c.perAcct, d.account)
 		}
 	}
+	c.usage.add(d.account, -d.estimate, d.at)
+	c.queue.FixAccount(d.account)
+}
+
+// retryAt returns when a pending job that has failed attempts may be
+// dispatched again: its last attempt's end plus the retry delay.
+func (c *Core) retryAt(j *ledger.Job) time.Time {
+	if j.Failures == 0 || len(j.Attempts) == 0 {
+		return time.Time{}
+	}
+	last := j.Attempts[len(j.Attempts)-1]
+	return last.EndedAt.Add(c.cfg.Retry.Delay(j.ID, j.Failures))
 }
 
 // Decide returns the decisions to publish now: dispatches of pending jobs to
-// hosts with room, unplaceable verdicts for jobs no host can fit, and lost
-// verdicts for attempts on hosts that have been gone too long.
+// hosts with room, admissions of held jobs the refill now pays for,
+// unplaceable verdicts for jobs no host can fit, and lost verdicts for
+// attempts whose hosts lost them.
 //
-// Jobs are considered highest priority first, then oldest. An account at its
-// running-jobs cap is set aside for the pass; a job over its account's GPU
-// cap, in its retry delay, or with no host to fit it now is skipped, and the
-// pass goes on to later jobs. Among hosts with room, a job goes to the one
-// whose free GPUs fit it most tightly (best fit), ties broken by name.
+// Jobs are considered highest priority first; at equal priority, the
+// account with the lowest share (decayed usage over weight) first; then
+// oldest. An account at its running-jobs cap is set aside for the pass; a
+// job over its account's GPU cap or in its retry delay is skipped. Among
+// hosts with room, a job goes to the one whose free GPUs fit it most
+// tightly. The first job that fits no host now gets a backfill reservation
+// (EASY): later jobs start only where and while they leave it whole.
 func (c *Core) Decide(s *ledger.State, now time.Time) []ledger.Command {
 	var out []ledger.Command
 	out = append(out, c.lost(s, now)...)
+	out = append(out, c.admits(s, now)...)
 	for _, d := range c.inflight {
 		if now.Sub(d.at) > c.cfg.DecisionTimeout {
 			c.forget(d)
@@ -320,11 +384,13 @@ func (c *Core) Decide(s *ledger.State, now time.Time) []ledger.Command {
 			}
 		}
 	}
+	clear(c.shadows)
 	totalFree, largest := 0, 0
 	for _, h := range c.hosts {
 		totalFree += h.free()
 		largest = max(largest, h.total)
 	}
+	var shadow *Shadow
 	p := c.queue.Begin()
 	defer p.End()
 	for examined := 0; examined < c.cfg.MaxExamine; examined++ {
@@ -354,13 +420,13 @@ func (c *Core) Decide(s *ledger.State, now time.Time) []ledger.Command {
 		if totalFree == 0 {
 			break // nothing more can start; the rest of the queue waits
 		}
-		if now.Before(j.NotBefore) {
+		if now.Before(c.retryAt(j)) {
 			continue
 		}
 		a := s.Accounts[j.Account]
 		u := c.perAcct[j.Account]
 		if u == nil {
-			u = &usage{}
+			u = &load{}
 		}
 		if a.Limits.MaxRunningJobs > 0 && a.RunningJobs+u.jobs >= a.Limits.MaxRunningJobs {
 			p.SkipAccount()
@@ -369,11 +435,21 @@ func (c *Core) Decide(s *ledger.State, now time.Time) []ledger.Command {
 		if a.Limits.MaxRunningGPUs > 0 && a.RunningGPUs+u.gpus+j.GPUs > a.Limits.MaxRunningGPUs {
 			continue
 		}
-		h := c.bestFit(j.GPUs)
+		h := c.place(j, now, shadow)
 		if h == nil {
+			if shadow == nil && !c.cfg.NoBackfill {
+				shadow = c.shadow(j, now)
+				if shadow != nil {
+					c.shadows[j.ID] = *shadow
+				}
+			}
 			continue
 		}
-		d := &decision{job: j.ID, account: j.Account, host: h.name, attempt: j.Attempt + 1, gpus: j.GPUs, at: now}
+		if shadow != nil && h.name == shadow.Host && now.Add(j.Walltime).After(shadow.At) {
+			shadow.Spare -= j.GPUs // it runs past the reservation on its GPUs' spare
+		}
+		d := &decision{job: j.ID, account: j.Account, host: h.name, attempt: j.Attempt + 1, gpus: j.GPUs, at: now,
+			end: now.Add(j.Walltime), estimate: float64(j.GPUs) * j.Walltime.Seconds()}
 		c.inflight[j.ID] = d
 		h.inflight += j.GPUs
 		totalFree -= j.GPUs
@@ -381,17 +457,25 @@ func (c *Core) Decide(s *ledger.State, now time.Time) []ledger.Command {
 		u.gpus += j.GPUs
 		c.perAcct[j.Account] = u
 		p.Take()
+		c.usage.add(j.Account, d.estimate, now)
+		c.queue.FixAccount(j.Account)
 		out = append(out, ledger.Dispatch{Job: j.ID, Attempt: d.attempt, Host: h.name})
 	}
 	return out
 }
 
-// bestFit returns the host with the fewest free GPUs that still fit gpus.
-func (c *Core) bestFit(gpus int) *hostState {
+// place returns the host j should start on now, or nil. With a backfill
+// reservation in force, a host is allowed only if starting j there leaves
+// the reserved job's GPUs free at the reserved time: another host, or j ends
+// before then, or j fits in the spare.
+func (c *Core) place(j *ledger.Job, now time.Time, shadow *Shadow) *hostState {
 	var best *hostState
 	for _, h := range c.hosts {
 		f := h.free()
-		if f < gpus {
+		if f < j.GPUs {
+			continue
+		}
+		if shadow != nil && h.name == shadow.Host && now.Add(j.Walltime).After(shadow.At) && j.GPUs > shadow.Spare {
 			continue
 		}
 		if best == nil || f < best.free() || f == best.free() && h.name < best.name {
@@ -401,9 +485,111 @@ func (c *Core) bestFit(gpus int) *hostState {
 	return best
 }
 
+// shadow computes the backfill reservation of j, which fits no host now:
+// the earliest time some host frees enough GPUs as its running jobs reach
+// their walltimes, and what that host has to spare then. It returns nil if
+// no host ever frees enough.
+func (c *Core) shadow(j *ledger.Job, now time.Time) *Shadow {
+	type ending struct {
+		at   time.Time
+		gpus int
+	}
+	ends := map[string][]ending{}
+	for _, p := range c.onHost {
+		at := p.end
+		if at.Before(now) {
+			at = now // past its walltime, ending any moment
+		}
+		ends[p.host] = append(ends[p.host], ending{at, p.gpus})
+	}
+	for _, d := range c.inflight {
+		ends[d.host] = append(ends[d.host], ending{d.end, d.gpus})
+	}
+	var best *Shadow
+	for _, h := range c.hosts {
+		if h.capacity < j.GPUs {
+			continue
+		}
+		free := h.free()
+		es := ends[h.name]
+		slices.SortFunc(es, func(a, b ending) int { return a.at.Compare(b.at) })
+		for _, e := range es {
+			free += e.gpus
+			if free >= j.GPUs {
+				s := Shadow{Job: j.ID, Host: h.name, At: e.at, Spare: free - j.GPUs}
+				if best == nil || s.At.Before(best.At) || s.At.Equal(best.At) && s.Spare < best.Spare {
+					best = &s
+				}
+				break
+			}
+		}
+	}
+	return best
+}
+
+// admits returns admit decisions for accounts whose refill has grown to pay
+// for their oldest held job.
+func (c *Core) admits(s *ledger.State, now time.Time) []ledger.Command {
+	var out []ledger.Command
+	for id, a := range s.Accounts {
+		if len(a.HeldJobs) == 0 {
+			continue
+		}
+		j := s.Jobs[a.HeldJobs[0]]
+		if j == nil {
+			continue
+		}
+		at, ok := AffordableAt(a, j.Cost)
+		if !ok || now.Before(at) || c.admitSent[id].Equal(at) {
+			continue
+		}
+		c.admitSent[id] = at
+		out = append(out, ledger.Admit{Account: id})
+	}
+	slices.SortFunc(out, func(a, b ledger.Command) int { return cmp.Compare(a.(ledger.Admit).Account, b.(ledger.Admit).Account) })
+	return out
+}
+
+// AdmitDue returns the time the admit decision for account was made for,
+// so its de-duplication id can name it.
+func (c *Core) AdmitDue(account string) time.Time { return c.admitSent[account] }
+
+// AffordableAt returns the earliest time the refill lets account a pay
+// cost, from its state as stored, to the nanosecond; false if the refill
+// never will (no rate, or a cap below what it needs).
+func AffordableAt(a *ledger.Account, cost ledger.Credits) (time.Time, bool) {
+	if cost <= a.Available() {
+		return a.Refill.Last, true
+	}
+	need := cost - a.Available()
+	r := a.Refill
+	if r.RatePerHour <= 0 || r.Cap-a.Balance < need {
+		return time.Time{}, false
+	}
+	covers := func(elapsed time.Duration) bool { return a.BalanceAt(r.Last.Add(elapsed))-a.Reserved >= cost }
+	// The refill reaches need within need/rate hours (plus a second for
+	// rounding); search that range for the first nanosecond it covers.
+	hiF := float64(need)/float64(r.RatePerHour)*float64(time.Hour) + float64(time.Second)
+	hi := time.Duration(min(hiF, float64(1<<62)))
+	lo := time.Duration(0)
+	if !covers(hi) {
+		return time.Time{}, false
+	}
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if covers(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return r.Last.Add(lo), true
+}
+
 // lost returns lost verdicts for attempts on hosts gone longer than
-// LostAfter, and for running attempts missing from their live host's
-// heartbeats for as long.
+// LostAfter, for running attempts missing from their live host's
+// heartbeats as long, and for dispatched attempts their live host has not
+// taken within StartTimeout.
 func (c *Core) lost(s *ledger.State, now time.Time) []ledger.Command {
 	var out []ledger.Command
 	for job, p := range c.onHost {
@@ -441,4 +627,44 @@ func (c *Core) lost(s *ledger.State, now time.Time) []ledger.Command {
 	}
 	slices.SortFunc(out, func(a, b ledger.Command) int { return cmp.Compare(a.(ledger.Lost).Job, b.(ledger.Lost).Job) })
 	return out
+}
+
+// NextWake returns the next time a decision may change without a new
+// command or heartbeat: a retry delay ending, a refill covering a held job,
+// a grace period ending. The zero time means none is due.
+func (c *Core) NextWake(s *ledger.State, now time.Time) time.Time {
+	var next time.Time
+	soon := func(t time.Time) {
+		if t.After(now) && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	for id := range c.queue.index {
+		if j := s.Jobs[id]; j != nil && j.Failures > 0 {
+			soon(c.retryAt(j))
+		}
+	}
+	for _, a := range s.Accounts {
+		if len(a.HeldJobs) > 0 {
+			if j := s.Jobs[a.HeldJobs[0]]; j != nil {
+				if at, ok := AffordableAt(a, j.Cost); ok {
+					soon(at)
+				}
+			}
+		}
+	}
+	for _, since := range c.unplaceableSince {
+		soon(since.Add(c.cfg.UnplaceableAfter))
+	}
+	for job, since := range c.missingSince {
+		grace := c.cfg.LostAfter
+		if p, ok := c.onHost[job]; ok && !p.running {
+			grace = c.cfg.StartTimeout
+		}
+		soon(since.Add(grace))
+	}
+	for _, since := range c.goneSince {
+		soon(since.Add(c.cfg.LostAfter))
+	}
+	return next
 }

@@ -185,7 +185,7 @@ func TestLostAfterHostGone(t *testing.T) {
 	if j := h.l.Job("j"); j.State != ledger.StatePending || j.Failures != 1 {
 		t.Fatalf("after lost: %s with %d failures", j.State, j.Failures)
 	}
-	h.l.Advance(ledger.RetryDelay)
+	h.l.Advance(10 * time.Second) // the default first retry delay
 	if got := dispatches(h.decide()); got["j"] != "h2" {
 		t.Errorf("retry placed on %v, want h2", got)
 	}
@@ -202,7 +202,7 @@ func TestBackoffDelaysRetry(t *testing.T) {
 	if cmds := h.decide(); len(cmds) != 0 {
 		t.Errorf("decided during the retry delay: %+v", cmds)
 	}
-	h.l.Advance(ledger.RetryDelay)
+	h.l.Advance(10 * time.Second) // the default first retry delay
 	if got := dispatches(h.decide()); got["j"] != "h" {
 		t.Errorf("after the delay: %v", got)
 	}

@@ -2,10 +2,14 @@ package scheduler
 
 import "container/heap"
 
-// Queue orders pending jobs: highest priority first, then oldest (lowest
-// submit sequence). It keeps one heap per account and a heap of the accounts'
-// best jobs, so a pick costs O(log n) and setting a capped account aside for
-// the rest of a pass costs O(log accounts).
+// Queue orders pending jobs: highest priority first; among accounts whose
+// best jobs have equal priority, the account with the lowest share first (a
+// function the owner supplies, such as decayed usage over weight); then
+// oldest (lowest submit sequence). It keeps one heap per account and a heap
+// of the accounts' best jobs, so a pick costs O(log n) and setting a capped
+// account aside for the rest of a pass costs O(log accounts). When an
+// account's share changes, [Queue.FixAccount] restores its place in
+// O(log accounts).
 //
 // Removal is lazy: [Queue.Remove] marks the job and drops it from the index
 // in O(1); the heap entry is discarded when it reaches the top.
@@ -16,6 +20,9 @@ type Queue struct {
 	heads    headHeap
 	index    map[string]*item // live items by job id
 }
+
+// ShareFunc returns an account's share of recent use: lower goes first.
+type ShareFunc func(account string) float64
 
 // QueueItem is one queued job as the queue sees it.
 type QueueItem struct {
@@ -33,12 +40,25 @@ type item struct {
 type accountQueue struct {
 	id    string
 	items itemHeap
-	pos   int // index in the heads heap, -1 when not in it
+	pos   int  // index in the heads heap, -1 when not in it
+	aside bool // set aside for the rest of a pass: kept out of the heads
 }
 
-// NewQueue returns an empty queue.
-func NewQueue() *Queue {
-	return &Queue{accounts: map[string]*accountQueue{}, index: map[string]*item{}}
+// NewQueue returns an empty queue. share may be nil: every account then has
+// the same share.
+func NewQueue(share ShareFunc) *Queue {
+	if share == nil {
+		share = func(string) float64 { return 0 }
+	}
+	return &Queue{accounts: map[string]*accountQueue{}, index: map[string]*item{}, heads: headHeap{share: share}}
+}
+
+// FixAccount restores account's place among the heads after its share
+// changed.
+func (q *Queue) FixAccount(account string) {
+	if aq := q.accounts[account]; aq != nil {
+		q.fixHead(aq)
+	}
 }
 
 // Len returns the number of live jobs queued.
@@ -80,8 +100,8 @@ func (q *Queue) Remove(job string) {
 
 // Peek returns the job that should run next without removing it.
 func (q *Queue) Peek() (QueueItem, bool) {
-	for len(q.heads) > 0 {
-		aq := q.heads[0]
+	for len(q.heads.items) > 0 {
+		aq := q.heads.items[0]
 		if x := aq.top(); x != nil {
 			return x.QueueItem, true
 		}
@@ -120,6 +140,9 @@ func (aq *accountQueue) top() *item {
 // fixHead puts aq in the heads heap at the place of its best item, or takes
 // it out when it has none.
 func (q *Queue) fixHead(aq *accountQueue) {
+	if aq.aside {
+		return
+	}
 	empty := aq.top() == nil
 	switch {
 	case empty && aq.pos >= 0:
@@ -180,6 +203,7 @@ func (p *Pass) SkipAccount() {
 	if p.cur.pos >= 0 {
 		heap.Remove(&p.q.heads, p.cur.pos)
 	}
+	p.cur.aside = true
 	p.aside = append(p.aside, p.cur)
 	p.cur, p.curItem = nil, nil
 }
@@ -203,7 +227,7 @@ func (p *Pass) End() {
 		if len(aq.items) > 0 {
 			p.q.accounts[aq.id] = aq
 		}
-		aq.pos = -1
+		aq.pos, aq.aside = -1, false
 		p.q.fixHead(aq)
 	}
 	for _, x := range p.skipped {
@@ -243,32 +267,42 @@ func (h *itemHeap) Pop() any {
 	return x
 }
 
-// headHeap orders accounts by their best live item. Every account in it has
-// one (fixHead keeps it so).
-type headHeap []*accountQueue
+// headHeap orders accounts by their best live item: priority, then the
+// account's share, then age. Every account in it has a live item (fixHead
+// keeps it so).
+type headHeap struct {
+	items []*accountQueue
+	share ShareFunc
+}
 
-func (h headHeap) Len() int { return len(h) }
-func (h headHeap) Less(i, j int) bool {
-	a, b := h[i].top(), h[j].top()
+func (h *headHeap) Len() int { return len(h.items) }
+func (h *headHeap) Less(i, j int) bool {
+	a, b := h.items[i].top(), h.items[j].top()
 	if a == nil || b == nil {
 		return b == nil && a != nil // an emptied account sorts last until dropped
 	}
-	return before(a, b)
+	if a.Priority != b.Priority {
+		return a.Priority > b.Priority
+	}
+	if sa, sb := h.share(a.Account), h.share(b.Account); sa != sb {
+		return sa < sb
+	}
+	return a.SubmitSeq < b.SubmitSeq
 }
-func (h headHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].pos, h[j].pos = i, j
+func (h *headHeap) Swap(i, j int) {
+	h.items[i], h.items[j] = h.items[j], h.items[i]
+	h.items[i].pos, h.items[j].pos = i, j
 }
 func (h *headHeap) Push(x any) {
 	aq := x.(*accountQueue)
-	aq.pos = len(*h)
-	*h = append(*h, aq)
+	aq.pos = len(h.items)
+	h.items = append(h.items, aq)
 }
 func (h *headHeap) Pop() any {
-	old := *h
+	old := h.items
 	aq := old[len(old)-1]
 	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
+	h.items = old[:len(old)-1]
 	aq.pos = -1
 	return aq
 }

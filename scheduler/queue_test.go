@@ -13,8 +13,10 @@ import (
 )
 
 // refQueue is the reference: every live job in a map, ordered by a full
-// sort on each question.
+// sort on each question, with each account's share.
 type refQueue map[string]QueueItem
+
+var shares = map[string]float64{}
 
 func (r refQueue) order(exclude map[string]bool, asideAccounts map[string]bool) []QueueItem {
 	var all []QueueItem
@@ -27,6 +29,10 @@ func (r refQueue) order(exclude map[string]bool, asideAccounts map[string]bool) 
 		switch {
 		case a.Priority != b.Priority:
 			return b.Priority - a.Priority
+		case shares[a.Account] != shares[b.Account] && shares[a.Account] < shares[b.Account]:
+			return -1
+		case shares[a.Account] != shares[b.Account]:
+			return 1
 		case a.SubmitSeq < b.SubmitSeq:
 			return -1
 		case a.SubmitSeq > b.SubmitSeq:
@@ -38,11 +44,17 @@ func (r refQueue) order(exclude map[string]bool, asideAccounts map[string]bool) 
 }
 
 func TestQueueMatchesReference(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the reference's shares are a package variable.
 	rapid.Check(t, func(t *rapid.T) {
-		q, ref := NewQueue(), refQueue{}
+		clear(shares)
+		q, ref := NewQueue(func(a string) float64 { return shares[a] }), refQueue{}
 		seq := uint64(0)
 		t.Repeat(map[string]func(*rapid.T){
+			"share": func(t *rapid.T) {
+				a := rapid.SampledFrom([]string{"a", "b", "c", "d"}).Draw(t, "account")
+				shares[a] = float64(rapid.IntRange(0, 3).Draw(t, "share"))
+				q.FixAccount(a)
+			},
 			"push": func(t *rapid.T) {
 				seq++
 				it := QueueItem{
@@ -120,7 +132,7 @@ func TestQueueMatchesReference(t *testing.T) {
 func BenchmarkQueuePick(b *testing.B) {
 	for _, n := range []int{100_000, 1_000_000} {
 		b.Run(fmt.Sprintf("pending=%d", n), func(b *testing.B) {
-			q := NewQueue()
+			q := NewQueue(nil)
 			for i := range n {
 				q.Push(QueueItem{Job: fmt.Sprintf("j%d", i), Account: fmt.Sprintf("a%d", i%1000), Priority: i % 7, SubmitSeq: uint64(i)})
 			}
@@ -144,7 +156,7 @@ func BenchmarkQueuePick(b *testing.B) {
 // BenchmarkQueuePassCapped measures a pass that must set aside 999 capped
 // accounts to reach the one account allowed to run, at 100,000 jobs.
 func BenchmarkQueuePassCapped(b *testing.B) {
-	q := NewQueue()
+	q := NewQueue(nil)
 	for i := range 100_000 {
 		q.Push(QueueItem{Job: fmt.Sprintf("j%d", i), Account: fmt.Sprintf("a%d", i%1000), Priority: 1, SubmitSeq: uint64(i)})
 	}

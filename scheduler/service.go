@@ -376,6 +376,9 @@ func (t *term) record(k ledger.Key) (Record, error) {
 		j := t.state.Jobs[k.ID]
 		v, err := ledger.MarshalJob(j)
 		return Record{Key: subjects.JobKey(k.ID), Seq: j.Seq, Value: v}, err
+	case ledger.KeyPricing:
+		v, err := ledger.MarshalPricing(t.state.Pricing)
+		return Record{Key: subjects.PricingKey, Seq: t.state.Pricing.Seq, Value: v}, err
 	}
 	return Record{}, fmt.Errorf("unknown key kind %d", k.Kind)
 }
@@ -409,6 +412,8 @@ func (t *term) decide(ctx context.Context, now time.Time) {
 			msg, err = wire.EncodeLost(t.s.cfg.Names, c)
 		case ledger.Unplaceable:
 			msg, err = wire.EncodeUnplaceable(t.s.cfg.Names, c)
+		case ledger.Admit:
+			msg, err = wire.EncodeAdmit(t.s.cfg.Names, c, t.core.AdmitDue(c.Account))
 		default:
 			err = fmt.Errorf("unknown decision %T", c)
 		}

@@ -17,16 +17,22 @@ type Blocker struct {
 	Message string `json:"message"`
 }
 
-// Explain lists every reason the pending job id is not running at now,
-// given the ledger and the live hosts' heartbeats: its retry delay, its
-// account's caps, the hosts (none, none wide enough, none with enough free
-// GPUs), and the jobs queued ahead of it. It applies the rules Decide does,
-// and reports all that apply, not just the first. An empty list means
-// nothing holds the job back: the next decision round will dispatch it.
-func Explain(s *ledger.State, hosts []wire.Host, id string, now time.Time) ([]Blocker, error) {
+// Explain lists every reason the pending or held job id is not running at
+// now, given the ledger, the live hosts' heartbeats and the scheduler's
+// configuration: for a held job, when the refill lets its account pay; for a
+// pending one, its retry delay, its account's caps, the hosts (none, none
+// wide enough, none with enough free GPUs), and the jobs queued ahead of it.
+// It applies the rules Decide does, and reports all that apply, not just
+// the first. An empty list means nothing holds the job back: the next
+// decision round will dispatch it.
+func Explain(s *ledger.State, hosts []wire.Host, id string, now time.Time, cfg CoreConfig) ([]Blocker, error) {
+	cfg = cfg.withDefaults()
 	j := s.Jobs[id]
 	if j == nil {
 		return nil, fmt.Errorf("no job %s", id)
+	}
+	if j.State == ledger.StateHeld {
+		return explainHeld(s, j, now), nil
 	}
 	if j.State != ledger.StatePending {
 		return nil, fmt.Errorf("job %s is %s, not waiting", id, j.State)
@@ -35,9 +41,12 @@ func Explain(s *ledger.State, hosts []wire.Host, id string, now time.Time) ([]Bl
 	add := func(kind, format string, args ...any) {
 		out = append(out, Blocker{Kind: kind, Message: fmt.Sprintf(format, args...)})
 	}
-	if now.Before(j.NotBefore) {
-		add("backoff", "attempt %d waits out its retry delay until %s (%s from now) after %s",
-			j.Attempt+1, j.NotBefore.UTC().Format(time.RFC3339), j.NotBefore.Sub(now).Round(time.Second), j.Reason)
+	if j.Failures > 0 && len(j.Attempts) > 0 {
+		at := j.Attempts[len(j.Attempts)-1].EndedAt.Add(cfg.Retry.Delay(j.ID, j.Failures))
+		if now.Before(at) {
+			add("backoff", "attempt %d waits out its retry delay until %s (%s from now) after %s",
+				j.Attempt+1, at.UTC().Format(time.RFC3339), at.Sub(now).Round(time.Second), j.Reason)
+		}
 	}
 	if a := s.Accounts[j.Account]; a != nil {
 		if m := a.Limits.MaxRunningJobs; m > 0 && a.RunningJobs >= m {
@@ -86,4 +95,38 @@ func Explain(s *ledger.State, hosts []wire.Host, id string, now time.Time) ([]Bl
 		add("queue", "%d jobs are ahead of it in the queue: %d of higher priority, %d older at priority %d", higher+older, higher, older, j.Priority)
 	}
 	return out, nil
+}
+
+// explainHeld says when a held job's account can pay for it.
+func explainHeld(s *ledger.State, j *ledger.Job, now time.Time) []Blocker {
+	a := s.Accounts[j.Account]
+	var out []Blocker
+	add := func(kind, format string, args ...any) {
+		out = append(out, Blocker{Kind: kind, Message: fmt.Sprintf(format, args...)})
+	}
+	ahead := 0
+	var cost ledger.Credits
+	for _, id := range a.HeldJobs {
+		if id == j.ID {
+			break
+		}
+		ahead++
+		cost += s.Jobs[id].Cost
+	}
+	cost += j.Cost
+	avail := a.BalanceAt(now) - a.Reserved
+	if ahead > 0 {
+		add("held_behind", "%d held jobs of account %s come first (held jobs are reserved in submit order); with them it needs %d", ahead, a.ID, cost)
+	}
+	switch at, ok := AffordableAt(a, cost); {
+	case ok:
+		add("credits", "it costs %d and account %s has %d available; the refill of %d per hour covers it at %s (%s from now)",
+			j.Cost, a.ID, avail, a.Refill.RatePerHour, at.UTC().Format(time.RFC3339Nano), at.Sub(now).Round(time.Second))
+	case a.Refill.RatePerHour <= 0:
+		add("credits", "it costs %d and account %s has %d available, with no refill: an admin must grant credits", j.Cost, a.ID, avail)
+	default:
+		add("credits", "it costs %d and account %s has %d available; its refill stops at a cap of %d, too low to cover it: an admin must grant credits or raise the cap",
+			j.Cost, a.ID, avail, a.Refill.Cap)
+	}
+	return out
 }

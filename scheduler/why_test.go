@@ -19,7 +19,7 @@ func TestExplain(t *testing.T) {
 	h.submit("a", "j", 2, 0)
 	kinds := func(hosts []wire.Host) map[string]string {
 		t.Helper()
-		bs, err := scheduler.Explain(h.l.State, hosts, "j", h.l.Now)
+		bs, err := scheduler.Explain(h.l.State, hosts, "j", h.l.Now, scheduler.CoreConfig{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,7 +62,7 @@ func TestExplain(t *testing.T) {
 	if _, ok := kinds([]wire.Host{two})["backoff"]; ok {
 		t.Error("the retry delay is still reported after it ended")
 	}
-	if _, err := scheduler.Explain(h.l.State, nil, "older", h.l.Now); err == nil || !strings.Contains(err.Error(), "is dispatched") {
+	if _, err := scheduler.Explain(h.l.State, nil, "older", h.l.Now, scheduler.CoreConfig{}); err == nil || !strings.Contains(err.Error(), "is dispatched") {
 		t.Errorf("Explain of a dispatched job = %v", err)
 	}
 }

@@ -46,6 +46,12 @@ const (
 	KindAdmin  = "admin"
 	KindReport = "report"
 	KindSched  = "sched"
+	KindConfig = "config"
+)
+
+// Configuration kinds: the last token of gpuq.cmd.config.<kind>.
+const (
+	ConfigPricing = "pricing"
 )
 
 // Scheduler decision kinds: the last token of gpuq.cmd.sched.<kind>.
@@ -53,12 +59,14 @@ const (
 	SchedDispatch    = "dispatch"
 	SchedLost        = "lost"
 	SchedUnplaceable = "unplaceable"
+	SchedAdmit       = "admit"
 )
 
 // Ledger bucket keys that are not per account or per job.
 const (
 	CheckpointKey = "sched.checkpoint"
 	LeaderKey     = "sched.leader"
+	PricingKey    = "sched.pricing" // the price table of metered jobs
 )
 
 // ErrBadToken reports a token that is not a valid account, host or job name.
@@ -225,6 +233,12 @@ func (n Names) Report(host string) string { return n.join("host", host, "cmd", K
 // [SchedLost], [SchedUnplaceable]): gpuq.cmd.sched.<kind>.
 func (n Names) Sched(kind string) string { return n.join("decision kind", kind, "cmd", KindSched) }
 
+// Config is where an operator sets installation-wide configuration of kind
+// ([ConfigPricing]): gpuq.cmd.config.<kind>.
+func (n Names) Config(kind string) string {
+	return n.join("configuration kind", kind, "cmd", KindConfig)
+}
+
 // Dispatch subjects (stream GPUQ_DISPATCH).
 
 // Dispatch is where host receives dispatch and cancel orders: gpuq.dispatch.<host>.
@@ -268,6 +282,11 @@ func (n Names) InvalidEvent(account string) string {
 	return n.prefix + ".event." + account + ".invalid"
 }
 
+// ConfigEvent is where the outcomes of configuration commands are
+// published: gpuq.event.config. Like gpuq.event.invalid it has one token
+// fewer than any per-account event subject.
+func (n Names) ConfigEvent() string { return n.prefix + ".event.config" }
+
 // UnaddressedEvent is where the rejection of a command that names no valid
 // account (a bad subject token, a report about an unknown job) is published:
 // gpuq.event.invalid. It has one token fewer than any per-account event
@@ -306,7 +325,7 @@ func ParseKey(key string) (kind, id string, err error) {
 		if CheckToken(kind, id) == nil {
 			return kind, id, nil
 		}
-	case key == CheckpointKey || key == LeaderKey:
+	case key == CheckpointKey || key == LeaderKey || key == PricingKey:
 		return kind, id, nil
 	}
 	return "", "", fmt.Errorf("ledger key %q: %w", key, ErrBadSubject)
@@ -337,8 +356,13 @@ func (n Names) ParseCmd(subject string) (Cmd, error) {
 		what = "account"
 	case KindReport:
 		what = "host"
+	case KindConfig:
+		if token != ConfigPricing {
+			return Cmd{Kind: kind}, fmt.Errorf("%q: unknown configuration %q: %w", subject, token, ErrBadSubject)
+		}
+		return Cmd{Kind: kind, Token: token}, nil
 	case KindSched:
-		if token != SchedDispatch && token != SchedLost && token != SchedUnplaceable {
+		if token != SchedDispatch && token != SchedLost && token != SchedUnplaceable && token != SchedAdmit {
 			return Cmd{Kind: kind}, fmt.Errorf("%q: unknown decision kind %q: %w", subject, token, ErrBadSubject)
 		}
 		return Cmd{Kind: kind, Token: token}, nil

@@ -93,6 +93,9 @@ func TestEverySubjectLandsInItsStream(t *testing.T) {
 			{"scheduler", n.Sched(SchedDispatch), n.CmdStream()},
 			{"scheduler", n.Sched(SchedLost), n.CmdStream()},
 			{"scheduler", n.Sched(SchedUnplaceable), n.CmdStream()},
+			{"scheduler", n.Sched(SchedAdmit), n.CmdStream()},
+			{"admin", n.Config(ConfigPricing), n.CmdStream()},
+			{"scheduler", n.ConfigEvent(), n.EventsStream()},
 			{"scheduler", n.Dispatch("gpu-host-1"), n.DispatchStream()},
 			{"scheduler", n.JobEvent("vision", "train-42"), n.EventsStream()},
 			{"scheduler", n.AccountEvent("vision"), n.EventsStream()},
@@ -125,7 +128,7 @@ func TestEverySubjectLandsInItsStream(t *testing.T) {
 func TestEventSubjectsDoNotCollide(t *testing.T) {
 	t.Parallel()
 	n := Default
-	subs := []string{n.JobEvent("a", "j"), n.AccountEvent("a"), n.InvalidEvent("a"), n.UnaddressedEvent(), n.Journal("a")}
+	subs := []string{n.JobEvent("a", "j"), n.AccountEvent("a"), n.InvalidEvent("a"), n.UnaddressedEvent(), n.ConfigEvent(), n.Journal("a")}
 	if Match(n.JobEvents("b"), subs[0]) {
 		t.Errorf("JobEvents(b) matches %q", subs[0])
 	}
@@ -150,6 +153,8 @@ func TestParseCmd(t *testing.T) {
 		n.Sched(SchedDispatch):    {KindSched, SchedDispatch},
 		n.Sched(SchedLost):        {KindSched, SchedLost},
 		n.Sched(SchedUnplaceable): {KindSched, SchedUnplaceable},
+		n.Sched(SchedAdmit):       {KindSched, SchedAdmit},
+		n.Config(ConfigPricing):   {KindConfig, ConfigPricing},
 	}
 	for subject, want := range good {
 		got, err := n.ParseCmd(subject)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/gpuq/gpuq/ledger"
@@ -70,8 +71,12 @@ func DecodeCommand(n subjects.Names, subject string, data []byte) (ledger.Comman
 			return DecodeDispatch(data)
 		case subjects.SchedUnplaceable:
 			return DecodeUnplaceable(data)
+		case subjects.SchedAdmit:
+			return DecodeAdmit(data)
 		}
 		return DecodeLost(data)
+	case subjects.KindConfig:
+		return DecodePricing(data)
 	}
 	return nil, &DecodeError{Reason: ledger.ReasonInvalid, Err: fmt.Errorf("subject %q: unhandled command kind %q", subject, cmd.Kind)}
 }
@@ -96,16 +101,19 @@ func DecodeSubmit(account string, data []byte) (ledger.Submit, error) {
 	if err != nil {
 		return ledger.Submit{}, decodeError(account, "", "submission", err)
 	}
+	_, priced := f.raw("cost")
 	s := ledger.Submit{
 		Account:     account,
 		ID:          f.token("id", "job id", true),
 		Priority:    f.int("priority", false),
 		GPUs:        f.int("gpus", true),
-		Cost:        ledger.Credits(f.int64("cost", true)),
+		Cost:        ledger.Credits(f.int64("cost", false)),
+		Metered:     !priced, // no cost: charged for the runtime it uses
 		Command:     f.strs("command", true),
 		Env:         f.strMap("env"),
 		Walltime:    f.duration("walltime", false),
 		MaxAttempts: f.int("max_attempts", false),
+		Hold:        f.bool("hold"),
 	}
 	if err := checkAccount(f, account); err != nil {
 		return ledger.Submit{}, &DecodeError{Account: account, Job: s.ID, Reason: ledger.ReasonAccountMismatch, Err: err}
@@ -124,11 +132,12 @@ type submitBody struct {
 	ID          string            `json:"id"`
 	Priority    int               `json:"priority"`
 	GPUs        int               `json:"gpus"`
-	Cost        ledger.Credits    `json:"cost"`
+	Cost        *ledger.Credits   `json:"cost,omitempty"` // absent: metered
 	Command     []string          `json:"command"`
 	Env         map[string]string `json:"env,omitempty"`
 	Walltime    string            `json:"walltime,omitempty"`
 	MaxAttempts int               `json:"max_attempts,omitempty"`
+	Hold        bool              `json:"hold,omitempty"`
 }
 
 // EncodeSubmit returns the message that submits s. It fails if s would be
@@ -137,8 +146,11 @@ func EncodeSubmit(n subjects.Names, s ledger.Submit) (Message, error) {
 	if err := errors.Join(subjects.CheckToken("account", s.Account), subjects.CheckToken("job id", s.ID), s.Validate()); err != nil {
 		return Message{}, err
 	}
-	body := submitBody{V: Version, ID: s.ID, Priority: s.Priority, GPUs: s.GPUs, Cost: s.Cost,
-		Command: s.Command, Env: s.Env, MaxAttempts: s.MaxAttempts}
+	body := submitBody{V: Version, ID: s.ID, Priority: s.Priority, GPUs: s.GPUs,
+		Command: s.Command, Env: s.Env, MaxAttempts: s.MaxAttempts, Hold: s.Hold}
+	if !s.Metered {
+		body.Cost = &s.Cost
+	}
 	if s.Walltime > 0 {
 		body.Walltime = s.Walltime.String()
 	}
@@ -244,6 +256,7 @@ func DecodeReport(host string, data []byte) (ledger.Report, error) {
 	switch r.Type {
 	case ledger.ReportStarted:
 		r.Devices = f.strs("devices", true)
+		r.Model = f.str("model", false)
 	case ledger.ReportDone:
 		r.ExitCode = f.int("exit_code", true)
 		r.Infra = f.str("infra", false)
@@ -273,6 +286,7 @@ type reportBody struct {
 	Attempt   int               `json:"attempt"`
 	Type      ledger.ReportType `json:"type"`
 	Devices   []string          `json:"devices,omitempty"`
+	Model     string            `json:"model,omitempty"`
 	ExitCode  *int              `json:"exit_code,omitempty"`
 	RuntimeMS *int64            `json:"runtime_ms,omitempty"`
 	Infra     string            `json:"infra,omitempty"`
@@ -284,7 +298,7 @@ func EncodeReport(n subjects.Names, r ledger.Report) (Message, error) {
 	if err := errors.Join(subjects.CheckToken("host", r.Host), subjects.CheckToken("job id", r.Job), r.Validate()); err != nil {
 		return Message{}, err
 	}
-	body := reportBody{V: Version, Job: r.Job, Attempt: r.Attempt, Type: r.Type, Devices: r.Devices, Reason: r.Reason, Infra: r.Infra}
+	body := reportBody{V: Version, Job: r.Job, Attempt: r.Attempt, Type: r.Type, Devices: r.Devices, Model: r.Model, Reason: r.Reason, Infra: r.Infra}
 	if r.Type == ledger.ReportDone {
 		ms := r.Runtime.Milliseconds()
 		body.ExitCode, body.RuntimeMS = &r.ExitCode, &ms
@@ -376,6 +390,83 @@ func EncodeUnplaceable(n subjects.Names, u ledger.Unplaceable) (Message, error) 
 		Job     string `json:"job"`
 		Message string `json:"message"`
 	}{Version, u.Job, u.Message})
+}
+
+// DecodeAdmit decodes the body of gpuq.cmd.sched.admit.
+func DecodeAdmit(data []byte) (ledger.Admit, error) {
+	f, err := object(data)
+	if err != nil {
+		return ledger.Admit{}, decodeError("", "", "admit decision", err)
+	}
+	a := ledger.Admit{Account: f.token("account", "account", true)}
+	if err := f.err(); err != nil {
+		return ledger.Admit{}, decodeError("", "", "admit decision", err)
+	}
+	return a, nil
+}
+
+// EncodeAdmit returns the message logging the decision to admit account's
+// held jobs, made for the moment due: the refill was expected to cover the
+// oldest held job then. Two decisions for the same moment are one.
+func EncodeAdmit(n subjects.Names, a ledger.Admit, due time.Time) (Message, error) {
+	if err := subjects.CheckToken("account", a.Account); err != nil {
+		return Message{}, err
+	}
+	return encode(n.Sched(subjects.SchedAdmit), fmt.Sprintf("admit.%s.%d", a.Account, due.UnixNano()), struct {
+		V       int    `json:"v"`
+		Account string `json:"account"`
+	}{Version, a.Account})
+}
+
+type pricingBody struct {
+	V              int                       `json:"v"`
+	ID             string                    `json:"id"`
+	PerGPUHour     map[string]ledger.Credits `json:"per_gpu_hour,omitempty"`
+	Default        ledger.Credits            `json:"default"`
+	FailurePercent int                       `json:"failure_percent"`
+}
+
+// DecodePricing decodes the body of gpuq.cmd.config.pricing.
+func DecodePricing(data []byte) (ledger.SetPricing, error) {
+	f, err := object(data)
+	if err != nil {
+		return ledger.SetPricing{}, decodeError("", "", "price table", err)
+	}
+	p := ledger.SetPricing{ID: f.token("id", "op id", true), Default: ledger.Credits(f.int64("default", false)),
+		FailurePercent: f.int("failure_percent", true)}
+	if r, ok := f.raw("per_gpu_hour"); ok {
+		var m map[string]json.Number
+		if err := json.Unmarshal(r, &m); err != nil {
+			f.bad("per_gpu_hour: want an object of integer prices, got %s", preview(r))
+		}
+		for model, num := range m {
+			v, err := strconv.ParseInt(num.String(), 10, 64)
+			if err != nil {
+				f.bad("per_gpu_hour %q: %s is not an integer", model, num)
+				continue
+			}
+			if p.PerGPUHour == nil {
+				p.PerGPUHour = map[string]ledger.Credits{}
+			}
+			p.PerGPUHour[model] = ledger.Credits(v)
+		}
+	}
+	if err := f.err(); err != nil {
+		return ledger.SetPricing{}, decodeError("", "", "price table", err)
+	}
+	if err := p.Validate(); err != nil {
+		return ledger.SetPricing{}, decodeError("", "", "price table", err)
+	}
+	return p, nil
+}
+
+// EncodePricing returns the message setting price table p.
+func EncodePricing(n subjects.Names, p ledger.SetPricing) (Message, error) {
+	if err := errors.Join(subjects.CheckToken("op id", p.ID), p.Validate()); err != nil {
+		return Message{}, err
+	}
+	return encode(n.Config(subjects.ConfigPricing), "config.pricing."+p.ID, pricingBody{V: Version, ID: p.ID,
+		PerGPUHour: p.PerGPUHour, Default: p.Default, FailurePercent: p.FailurePercent})
 }
 
 func encode(subject, msgID string, body any) (Message, error) {

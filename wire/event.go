@@ -34,7 +34,6 @@ type JobEvent struct {
 	Balance   ledger.Credits   `json:"balance"`
 	Available ledger.Credits   `json:"available"`
 	ExitCode  *int             `json:"exit_code,omitempty"`
-	NotBefore time.Time        `json:"not_before,omitzero"`
 }
 
 // AccountEvent is the body of gpuq.event.<account>.account.
@@ -76,6 +75,8 @@ type Entry struct {
 	Job      string           `json:"job,omitempty"`
 	OpID     string           `json:"op_id,omitempty"`
 	Amount   ledger.Credits   `json:"amount"`
+	Held     ledger.Credits   `json:"held,omitempty"`     // settle: the reservation settled
+	Released ledger.Credits   `json:"released,omitempty"` // settle: held - amount
 	Balance  ledger.Credits   `json:"balance"`
 	Reserved ledger.Credits   `json:"reserved"`
 	Reason   ledger.Reason    `json:"reason,omitempty"`
@@ -84,7 +85,31 @@ type Entry struct {
 // Ledger returns the journal entry as the ledger's own type.
 func (e Entry) Ledger() ledger.Entry {
 	return ledger.Entry{Kind: e.Kind, Account: e.Account, Job: e.Job, OpID: e.OpID, Amount: e.Amount,
-		Balance: e.Balance, Reserved: e.Reserved, Reason: e.Reason}
+		Held: e.Held, Released: e.Released, Balance: e.Balance, Reserved: e.Reserved, Reason: e.Reason}
+}
+
+// ConfigEvent is the body of gpuq.event.config: the outcome of a
+// configuration command.
+type ConfigEvent struct {
+	V       int              `json:"v"`
+	Type    ledger.EventType `json:"type"`
+	Seq     uint64           `json:"seq"`
+	Time    time.Time        `json:"time"`
+	OpID    string           `json:"op_id"`
+	Reason  ledger.Reason    `json:"reason"`
+	Message string           `json:"message"`
+}
+
+// DecodeConfigEvent decodes the body of gpuq.event.config.
+func DecodeConfigEvent(data []byte) (ConfigEvent, error) {
+	var e ConfigEvent
+	if err := unmarshalV1("config event", data, &e); err != nil {
+		return ConfigEvent{}, err
+	}
+	if err := nonEmpty("type", string(e.Type)); err != nil {
+		return ConfigEvent{}, fmt.Errorf("config event: %w", err)
+	}
+	return e, nil
 }
 
 // Order types on gpuq.dispatch.<host>.
@@ -129,11 +154,14 @@ func EncodeEffect(n subjects.Names, seq uint64, at time.Time, i int, e ledger.Ef
 		return encode(n.JobEvent(e.Account, e.Job), id, JobEvent{V: Version, Type: e.Type, Seq: seq, Time: at,
 			Job: e.Job, Account: e.Account, State: e.State, Attempt: e.Attempt, Host: e.Host, Devices: e.Devices,
 			Reason: e.Reason, Message: e.Message, Charged: e.Charged, Balance: e.Balance, Available: e.Available,
-			ExitCode: e.ExitCode, NotBefore: e.NotBefore.UTC()})
+			ExitCode: e.ExitCode})
 	case ledger.AccountEvent:
 		return encode(n.AccountEvent(e.Account), id, AccountEvent{V: Version, Type: e.Type, Seq: seq, Time: at,
 			Account: e.Account, OpID: e.OpID, Op: e.Op, Reason: e.Reason, Message: e.Message,
 			Balance: e.Balance, Reserved: e.Reserved, Available: e.Available})
+	case ledger.ConfigEvent:
+		return encode(n.ConfigEvent(), id, ConfigEvent{V: Version, Type: e.Type, Seq: seq, Time: at, OpID: e.OpID,
+			Reason: e.Reason, Message: e.Message})
 	case ledger.InvalidEvent:
 		subject, account := n.UnaddressedEvent(), ""
 		if subjects.ValidToken(e.Account) {
@@ -147,7 +175,8 @@ func EncodeEffect(n subjects.Names, seq uint64, at time.Time, i int, e ledger.Ef
 			Account: account, Job: job, Reason: e.Reason, Message: e.Message})
 	case ledger.Entry:
 		return encode(n.Journal(e.Account), id, Entry{V: Version, Kind: e.Kind, Seq: seq, Time: at, Account: e.Account,
-			Job: e.Job, OpID: e.OpID, Amount: e.Amount, Balance: e.Balance, Reserved: e.Reserved, Reason: e.Reason})
+			Job: e.Job, OpID: e.OpID, Amount: e.Amount, Held: e.Held, Released: e.Released, Balance: e.Balance,
+			Reserved: e.Reserved, Reason: e.Reason})
 	case ledger.DispatchOrder:
 		return encode(n.Dispatch(e.Host), OrderMsgID(e.Job, e.Attempt, OrderDispatch), orderBody{V: Version,
 			Type: OrderDispatch, Seq: seq, Job: e.Job, Account: e.Account, Attempt: e.Attempt, GPUs: e.GPUs,
@@ -236,15 +265,18 @@ func DecodeEntry(data []byte) (Entry, error) {
 	errs = append(errs, subjects.CheckToken("account", e.Account))
 	switch e.Kind {
 	case ledger.EntryGrant, ledger.EntryRefill:
-	case ledger.EntryReserve, ledger.EntryRelease, ledger.EntryCharge:
+	case ledger.EntryReserve, ledger.EntrySettle:
 		errs = append(errs, subjects.CheckToken("job id", e.Job))
 		if e.Amount < 0 {
 			errs = append(errs, fmt.Errorf("%s amount %d is negative", e.Kind, e.Amount))
 		}
+		if e.Kind == ledger.EntrySettle && (e.Held < e.Amount || e.Released != e.Held-e.Amount) {
+			errs = append(errs, fmt.Errorf("settle of %d held, %d charged, %d released does not add up", e.Held, e.Amount, e.Released))
+		}
 	default:
 		errs = append(errs, fmt.Errorf("unknown entry kind %q", e.Kind))
 	}
-	for _, c := range []ledger.Credits{e.Amount, e.Balance, e.Reserved} {
+	for _, c := range []ledger.Credits{e.Amount, e.Held, e.Released, e.Balance, e.Reserved} {
 		if c > ledger.MaxCredits || c < -ledger.MaxCredits {
 			errs = append(errs, fmt.Errorf("amount %d is out of range", c))
 		}

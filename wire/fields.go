@@ -148,6 +148,19 @@ func (f *fields) int(name string, required bool) int {
 	return int(n)
 }
 
+// bool reads an optional boolean field, false when absent.
+func (f *fields) bool(name string) bool {
+	r, ok := f.raw(name)
+	if !ok {
+		return false
+	}
+	var b bool
+	if err := json.Unmarshal(r, &b); err != nil {
+		f.bad("%s: want true or false, got %s", name, preview(r))
+	}
+	return b
+}
+
 func (f *fields) strs(name string, required bool) []string {
 	r, ok := f.raw(name)
 	if !ok {

@@ -139,6 +139,30 @@ func FuzzDecodeLogChunk(f *testing.F) {
 	})
 }
 
+func FuzzDecodePricing(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if p, err := wire.DecodePricing(data); err == nil {
+			roundTrip(t, p)
+		}
+	})
+}
+
+func FuzzDecodeAdmit(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if a, err := wire.DecodeAdmit(data); err == nil {
+			roundTrip(t, a)
+		}
+	})
+}
+
+func FuzzDecodeConfigEvent(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if e, err := wire.DecodeConfigEvent(data); err == nil {
+			reencode(t, e, wire.DecodeConfigEvent)
+		}
+	})
+}
+
 // FuzzDecodeCommand fuzzes the subject too: whatever arrives on the command
 // stream either decodes to a valid command or yields a DecodeError whose
 // invalid-command stand-in can be published.

@@ -40,6 +40,11 @@ func TestDecodeContractExamples(t *testing.T) {
 			ledger.Report{Type: ledger.ReportRejected, Host: "h1", Job: "train-42", Attempt: 1, Reason: "GPU busy"}},
 		{n.Sched(subjects.SchedDispatch), `{"v":1,"job":"train-42","attempt":2,"host":"h2"}`, ledger.Dispatch{Job: "train-42", Attempt: 2, Host: "h2"}},
 		{n.Sched(subjects.SchedLost), `{"v":1,"job":"train-42","attempt":2,"reason":"heartbeat expired"}`, ledger.Lost{Job: "train-42", Attempt: 2, Reason: "heartbeat expired"}},
+		{n.Submit("vision"), `{"v":1,"id":"m","gpus":2,"command":["x"],"walltime":"30m","hold":true}`,
+			ledger.Submit{Account: "vision", ID: "m", GPUs: 2, Metered: true, Command: []string{"x"}, Walltime: 30 * time.Minute, Hold: true}},
+		{n.Config(subjects.ConfigPricing), `{"v":1,"id":"prices-1","per_gpu_hour":{"NVIDIA H100 80GB HBM3":360},"default":100,"failure_percent":50}`,
+			ledger.SetPricing{ID: "prices-1", PerGPUHour: map[string]ledger.Credits{"NVIDIA H100 80GB HBM3": 360}, Default: 100, FailurePercent: 50}},
+		{n.Sched(subjects.SchedAdmit), `{"v":1,"account":"vision"}`, ledger.Admit{Account: "vision"}},
 		// Unknown fields are ignored, and a body may repeat its own account.
 		{n.Cancel("vision"), `{"v":1,"id":"j","account":"vision","future_field":[1,2]}`, ledger.Cancel{Account: "vision", Job: "j"}},
 	}
@@ -69,7 +74,11 @@ func TestDecodeRejectsBadInput(t *testing.T) {
 		{n.Submit("a"), `{"id":"j","gpus":1,"cost":1,"command":["x"]}`, ledger.ReasonInvalid, "a", []string{`missing required field "v"`}},
 		{n.Submit("a"), `{"v":2,"id":"j"}`, ledger.ReasonInvalid, "a", []string{"unsupported version 2"}},
 		{n.Submit("a"), `{"v":"1"}`, ledger.ReasonInvalid, "a", []string{`unsupported version "1"`}},
-		{n.Submit("a"), `{"v":1}`, ledger.ReasonInvalid, "a", []string{`missing required field "id"`, `"gpus"`, `"cost"`, `"command"`}},
+		{n.Submit("a"), `{"v":1}`, ledger.ReasonInvalid, "a", []string{`missing required field "id"`, `"gpus"`, `"command"`}},
+		{n.Submit("a"), `{"v":1,"id":"j","gpus":1,"cost":1,"command":["x"],"hold":"yes"}`, ledger.ReasonInvalid, "a", []string{`hold: want true or false`}},
+		{n.Config(subjects.ConfigPricing), `{"v":1,"id":"p","failure_percent":101,"per_gpu_hour":{"x":1.5}}`, ledger.ReasonInvalid, "", []string{`per_gpu_hour "x": 1.5 is not an integer`}},
+		{n.Config(subjects.ConfigPricing), `{"v":1,"id":"p","failure_percent":101}`, ledger.ReasonInvalid, "", []string{"failure_percent 101"}},
+		{"gpuq.cmd.config.colours", `{"v":1}`, ledger.ReasonInvalid, "", []string{"unknown configuration"}},
 		{n.Submit("a"), `{"v":1,"id":"a.b","gpus":1,"cost":1,"command":["x"]}`, ledger.ReasonInvalid, "a", []string{`job id "a.b" has '.'`}},
 		{n.Submit("a"), `{"v":1,"id":"j","gpus":1,"cost":-3,"command":["x"]}`, ledger.ReasonInvalid, "a", []string{"cost -3 is negative"}},
 		{n.Submit("a"), `{"v":1,"id":"j","gpus":0,"cost":1,"command":["x"]}`, ledger.ReasonInvalid, "a", []string{"gpus 0 is out of range"}},
@@ -140,6 +149,10 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		ledger.Dispatch{Job: "j", Attempt: 4, Host: "h"},
 		ledger.Lost{Job: "j", Attempt: 4, Reason: "h heartbeat expired"},
 		ledger.Unplaceable{Job: "j", Message: "needs 16 GPUs; the largest host has 8"},
+		ledger.Submit{Account: "vision", ID: "metered", GPUs: 4, Metered: true, Command: []string{"x"}, Hold: true},
+		ledger.Report{Type: ledger.ReportStarted, Host: "h", Job: "j", Attempt: 1, Devices: []string{"GPU-x"}, Model: "NVIDIA H200 141GB HBM3e"},
+		ledger.SetPricing{ID: "p", PerGPUHour: map[string]ledger.Credits{"a": 1, "b": 2}, Default: 3, FailurePercent: 0},
+		ledger.Admit{Account: "vision"},
 	}
 	for _, c := range cmds {
 		msg, err := encodeCommand(c)
@@ -175,6 +188,10 @@ func encodeCommand(c ledger.Command) (wire.Message, error) {
 		return wire.EncodeLost(n, c)
 	case ledger.Unplaceable:
 		return wire.EncodeUnplaceable(n, c)
+	case ledger.SetPricing:
+		return wire.EncodePricing(n, c)
+	case ledger.Admit:
+		return wire.EncodeAdmit(n, c, time.Unix(0, 42))
 	}
 	return wire.Message{}, errors.New("no encoder")
 }
@@ -238,7 +255,7 @@ func TestEncodeEffects(t *testing.T) {
 				}
 				return err
 			}},
-		{ledger.Entry{Kind: ledger.EntryCharge, Account: "a", Job: "j", Amount: 5, Balance: 10},
+		{ledger.Entry{Kind: ledger.EntrySettle, Account: "a", Job: "j", Amount: 5, Held: 8, Released: 3, Balance: 10},
 			n.Journal("a"), "7.4", n.EventsStream(), func(d []byte) error { _, err := wire.DecodeEntry(d); return err }},
 		{ledger.DispatchOrder{Host: "h", Job: "j", Account: "a", Attempt: 2, GPUs: 1, Command: []string{"x"}, Walltime: time.Hour},
 			n.Dispatch("h"), "j.2.dispatch", n.DispatchStream(), func(d []byte) error {

@@ -30,12 +30,13 @@ type Claims struct {
 	mu        sync.Mutex
 	holder    map[string]Attempt // uuid → attempt
 	unhealthy map[string]string  // uuid → reason
+	models    map[string]string  // uuid → model, from the last snapshot
 }
 
 // NewClaims returns an empty claims table over gpu. A device with more than
 // maxUsedMiB of memory in use is busy.
 func NewClaims(gpu GPU, maxUsedMiB int64) *Claims {
-	return &Claims{gpu: gpu, maxUsedMiB: maxUsedMiB, holder: map[string]Attempt{}, unhealthy: map[string]string{}}
+	return &Claims{gpu: gpu, maxUsedMiB: maxUsedMiB, holder: map[string]Attempt{}, unhealthy: map[string]string{}, models: map[string]string{}}
 }
 
 // why returns why d cannot be claimed now, or "" if it is free. Holds c.mu.
@@ -77,6 +78,7 @@ func (c *Claims) Claim(a Attempt, n int) ([]string, error) {
 	var free []string
 	var passed []string
 	for _, d := range devs {
+		c.models[d.UUID] = d.Model
 		if reason := c.why(d); reason != "" {
 			passed = append(passed, d.UUID+": "+reason)
 			continue
@@ -92,6 +94,13 @@ func (c *Claims) Claim(a Attempt, n int) ([]string, error) {
 		c.holder[u] = a
 	}
 	return free, nil
+}
+
+// Model returns the model of a claimed device, as the library named it.
+func (c *Claims) Model(uuid string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.models[uuid]
 }
 
 // Release frees every GPU a holds.

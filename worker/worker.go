@@ -387,7 +387,8 @@ func (w *Worker) dispatch(ctx context.Context, o ledger.DispatchOrder) bool {
 	w.mu.Lock()
 	w.running[a] = r
 	w.mu.Unlock()
-	if !w.report(ctx, ledger.Report{Type: ledger.ReportStarted, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Devices: devs}) {
+	if !w.report(ctx, ledger.Report{Type: ledger.ReportStarted, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Devices: devs,
+		Model: w.claims.Model(devs[0])}) {
 		// Stopping, and the ledger does not know the attempt started: do
 		// not start it. The unacked order comes back to the next process,
 		// which refuses it (the attempt is in this host's record), so the

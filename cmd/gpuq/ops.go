@@ -253,12 +253,15 @@ func runWhy(ctx context.Context, e *env, args []string) error {
 		Blockers []scheduler.Blocker `json:"blockers"`
 	}
 	ans := answer{Job: j.ID, State: j.State, Reason: j.Reason, Message: j.Message, Blockers: []scheduler.Blocker{}}
-	if j.State == ledger.StatePending {
+	waiting := j.State == ledger.StatePending || j.State == ledger.StateHeld
+	if waiting {
 		hosts, err := readHosts(ctx, s)
 		if err != nil {
 			return err
 		}
-		blockers, err := scheduler.Explain(st, hosts, j.ID, time.Now())
+		// The retry delays are the default policy's; a scheduler run with
+		// another policy retries on its own schedule.
+		blockers, err := scheduler.Explain(st, hosts, j.ID, time.Now(), scheduler.CoreConfig{})
 		if err != nil {
 			return err
 		}
@@ -268,7 +271,7 @@ func runWhy(ctx context.Context, e *env, args []string) error {
 		return printJSON(e.stdout, ans)
 	}
 	switch {
-	case j.State != ledger.StatePending:
+	case !waiting:
 		fmt.Fprintf(e.stdout, "job %s is %s", j.ID, j.State)
 		if j.Message != "" {
 			fmt.Fprintf(e.stdout, ": %s", j.Message)
@@ -277,7 +280,7 @@ func runWhy(ctx context.Context, e *env, args []string) error {
 	case len(ans.Blockers) == 0:
 		fmt.Fprintf(e.stdout, "job %s is pending and nothing holds it back: the next decision dispatches it\n", j.ID)
 	default:
-		fmt.Fprintf(e.stdout, "job %s is pending because:\n", j.ID)
+		fmt.Fprintf(e.stdout, "job %s is %s because:\n", j.ID, j.State)
 		for _, b := range ans.Blockers {
 			fmt.Fprintf(e.stdout, "  - %s [%s]\n", b.Message, b.Kind)
 		}

@@ -107,7 +107,9 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 	view.State.Seq = view.Checkpoint
 	for key, e := range latest {
 		kind, _, err := subjects.ParseKey(key)
-		if err != nil || kind == "sched" {
+		if key == subjects.PricingKey {
+			kind = "pricing"
+		} else if err != nil || kind == "sched" {
 			continue
 		}
 		seq, err := s.add(view.State, kind, e.Value())
@@ -145,6 +147,13 @@ func (s *Store) add(st *ledger.State, kind string, data []byte) (uint64, error) 
 		}
 		st.Jobs[j.ID] = j
 		return j.Seq, nil
+	case "pricing":
+		p, err := ledger.UnmarshalPricing(data)
+		if err != nil {
+			return 0, err
+		}
+		st.Pricing = p
+		return p.Seq, nil
 	}
 	return 0, fmt.Errorf("unknown record kind %q", kind)
 }
@@ -152,10 +161,13 @@ func (s *Store) add(st *ledger.State, kind string, data []byte) (uint64, error) 
 // rewind replaces key in st by its newest version at or before checkpoint cp.
 func (s *Store) rewind(ctx context.Context, st *ledger.State, kind, key string, cp uint64) error {
 	_, id, _ := subjects.ParseKey(key)
-	if kind == "account" {
+	switch kind {
+	case "account":
 		delete(st.Accounts, id)
-	} else {
+	case "job":
 		delete(st.Jobs, id)
+	case "pricing":
+		st.Pricing = nil
 	}
 	hist, err := s.kv.History(ctx, key)
 	if err != nil {

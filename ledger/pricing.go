@@ -1,0 +1,167 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math/bits"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Pricing is the price table of metered jobs, set by a [SetPricing] command
+// and stored in the ledger like an account, so that every replay of the log
+// computes the same reservations and charges.
+//
+// A metered job (a submission without a cost) reserves
+// gpus × walltime × the highest price in the table at submit, and is charged
+// at settlement for the runtime it used, rounded up to the second, at the
+// price of the GPU model it ran on, never more than it reserved:
+//
+//	charge = ⌈gpus × ⌈runtime⌉seconds × price per GPU-hour / 3600⌉
+//
+// A metered attempt that exits non-zero, or is cancelled while running, is
+// charged FailurePercent of that; one ended by the infrastructure is not
+// charged.
+type Pricing struct {
+	// PerGPUHour maps a GPU model, as the worker reports it (for example
+	// "NVIDIA H100 80GB HBM3"), to its price in credits per GPU-hour.
+	PerGPUHour map[string]Credits `json:"per_gpu_hour"`
+	// Default is the price of a model the table does not name.
+	Default Credits `json:"default"`
+	// FailurePercent is the share of the runtime charge a failed or
+	// cancelled metered attempt pays, 0 to 100.
+	FailurePercent int `json:"failure_percent"`
+	// OpID is the id of the command that set the table.
+	OpID string `json:"op_id"`
+	// Seq is the log sequence of the command that set the table.
+	Seq uint64 `json:"seq"`
+}
+
+// MaxPrice is the highest price of the table: what a metered job reserves
+// per GPU-hour.
+func (p *Pricing) MaxPrice() Credits {
+	if p == nil {
+		return 0
+	}
+	m := p.Default
+	for _, v := range p.PerGPUHour {
+		m = max(m, v)
+	}
+	return m
+}
+
+// Price returns the price per GPU-hour of model.
+func (p *Pricing) Price(model string) Credits {
+	if v, ok := p.PerGPUHour[model]; ok {
+		return v
+	}
+	return p.Default
+}
+
+// Clone returns a deep copy.
+func (p *Pricing) Clone() *Pricing {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	c.PerGPUHour = maps.Clone(p.PerGPUHour)
+	return &c
+}
+
+func (p *Pricing) String() string {
+	models := make([]string, 0, len(p.PerGPUHour))
+	for m := range p.PerGPUHour {
+		models = append(models, m)
+	}
+	sort.Strings(models)
+	var parts []string
+	for _, m := range models {
+		parts = append(parts, fmt.Sprintf("%s %d", m, p.PerGPUHour[m]))
+	}
+	parts = append(parts, fmt.Sprintf("others %d", p.Default))
+	return strings.Join(parts, ", ") + fmt.Sprintf(" credits per GPU-hour; failed attempts pay %d%%", p.FailurePercent)
+}
+
+// gpuSecondsCost returns ⌈gpus × seconds × price / 3600⌉, or false if it
+// is more than MaxCredits.
+func gpuSecondsCost(gpus int, seconds int64, price Credits) (Credits, bool) {
+	hi, lo := bits.Mul64(uint64(gpus)*uint64(seconds), uint64(price)) // gpus×seconds < 2^31
+	if hi >= 3600 {
+		return 0, false
+	}
+	q, r := bits.Div64(hi, lo, 3600)
+	if r > 0 {
+		q++
+	}
+	if q > uint64(MaxCredits) {
+		return 0, false
+	}
+	return Credits(q), true
+}
+
+// ceilSeconds rounds d up to whole seconds.
+func ceilSeconds(d time.Duration) int64 {
+	s := int64(d / time.Second)
+	if d%time.Second > 0 {
+		s++
+	}
+	return s
+}
+
+// SetPricing replaces the price table of metered jobs. ID is the operator's
+// idempotency key.
+type SetPricing struct {
+	ID             string
+	PerGPUHour     map[string]Credits
+	Default        Credits
+	FailurePercent int
+}
+
+// Validate reports every way p is out of range.
+func (p SetPricing) Validate() error {
+	var errs []error
+	if p.ID == "" {
+		errs = append(errs, errors.New("op id is empty"))
+	}
+	if !inRange(p.Default) {
+		errs = append(errs, fmt.Errorf("default price %d is out of range [0, %d]", p.Default, MaxCredits))
+	}
+	if len(p.PerGPUHour) > 256 {
+		errs = append(errs, fmt.Errorf("%d models, more than 256", len(p.PerGPUHour)))
+	}
+	for m, v := range p.PerGPUHour {
+		if m == "" || len(m) > 128 {
+			errs = append(errs, fmt.Errorf("model name %q must be 1 to 128 bytes", m))
+		}
+		if !inRange(v) {
+			errs = append(errs, fmt.Errorf("price %d of %s is out of range [0, %d]", v, m, MaxCredits))
+		}
+	}
+	if p.FailurePercent < 0 || p.FailurePercent > 100 {
+		errs = append(errs, fmt.Errorf("failure_percent %d is out of range [0, 100]", p.FailurePercent))
+	}
+	return joinProblems(errs)
+}
+
+// Admit is the scheduler's decision that an account's refill may now cover
+// its oldest held job: the fold brings the refill up to the command's time
+// and admits the held jobs the account can pay for, in submit order. It is
+// harmless when they cannot be paid for yet.
+type Admit struct {
+	Account string
+}
+
+// Validate reports whether r names an account.
+func (r Admit) Validate() error {
+	if r.Account == "" {
+		return errors.New("account is empty")
+	}
+	return nil
+}
+
+func (SetPricing) Kind() string { return "pricing" }
+func (Admit) Kind() string      { return "admit" }
+func (SetPricing) isCommand()   {}
+func (Admit) isCommand()        {}

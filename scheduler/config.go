@@ -1,0 +1,116 @@
+package scheduler
+
+import (
+	"hash/fnv"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// CoreConfig tunes the decisions. The zero value means defaults.
+type CoreConfig struct {
+	// HalfLife is how fast past use fades from an account's fair share:
+	// GPU-seconds used HalfLife ago count half. Defaults to 24h.
+	HalfLife time.Duration
+	// NoBackfill turns EASY backfill off: a job that fits now starts even
+	// if it delays the first job waiting for room. Defaults to false.
+	NoBackfill bool
+	// Retry times the attempts after a lost, refused or infrastructure
+	// failed one.
+	Retry RetryPolicy
+	// UnplaceableAfter is how long a job may need more GPUs than the largest
+	// live host has before it fails as unplaceable. Hosts may join, so this
+	// is a grace period, not a verdict at first sight. Defaults to 1m; a
+	// negative value means at once.
+	UnplaceableAfter time.Duration
+	// LostAfter is how long a host may be gone (its heartbeat key expired),
+	// or a running attempt missing from its host's heartbeat, before the
+	// attempt is declared lost. Defaults to 30s; a negative value means at
+	// once.
+	LostAfter time.Duration
+	// StartTimeout is how long a dispatched attempt may go unlisted by its
+	// live host (the worker never took the order) before it is declared
+	// lost. Workers take orders in turn, so this is longer. Defaults to 5m.
+	StartTimeout time.Duration
+	// DecisionTimeout is how long a published decision may go unapplied
+	// before Core forgets it and may decide again. Defaults to 30s.
+	DecisionTimeout time.Duration
+	// MaxExamine bounds how many queued jobs one Decide looks at. Defaults
+	// to 10000.
+	MaxExamine int
+}
+
+func (c *CoreConfig) withDefaults() CoreConfig {
+	out := *c
+	if out.HalfLife <= 0 {
+		out.HalfLife = 24 * time.Hour
+	}
+	out.Retry = out.Retry.withDefaults()
+	if out.UnplaceableAfter == 0 {
+		out.UnplaceableAfter = time.Minute
+	}
+	if out.LostAfter == 0 {
+		out.LostAfter = 30 * time.Second
+	}
+	if out.StartTimeout <= 0 {
+		out.StartTimeout = 5 * time.Minute
+	}
+	if out.DecisionTimeout <= 0 {
+		out.DecisionTimeout = 30 * time.Second
+	}
+	if out.MaxExamine <= 0 {
+		out.MaxExamine = 10000
+	}
+	return out
+}
+
+// RetryPolicy is the exponential backoff between an attempt that failed
+// through no fault of the job and the next: Initial after the first
+// failure, times Multiplier after each further one, at most Max, each
+// spread by up to ±Jitter of itself. The jitter is drawn from the job id
+// and attempt, so every scheduler computes the same delay.
+type RetryPolicy struct {
+	// Initial defaults to 10s.
+	Initial time.Duration
+	// Multiplier defaults to 2.
+	Multiplier float64
+	// Max defaults to 10m.
+	Max time.Duration
+	// Jitter is a fraction from 0 to 1. Defaults to 0.
+	Jitter float64
+}
+
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	if p.Initial <= 0 {
+		p.Initial = 10 * time.Second
+	}
+	if p.Multiplier < 1 {
+		p.Multiplier = 2
+	}
+	if p.Max <= 0 {
+		p.Max = 10 * time.Minute
+	}
+	p.Jitter = min(max(p.Jitter, 0), 1)
+	return p
+}
+
+// Delay returns the wait before the next attempt of job after failures
+// failed attempts (failures ≥ 1).
+func (p RetryPolicy) Delay(job string, failures int) time.Duration {
+	p = p.withDefaults()
+	b := &backoff.ExponentialBackOff{InitialInterval: p.Initial, Multiplier: p.Multiplier, MaxInterval: p.Max,
+		RandomizationFactor: 0, Stop: backoff.Stop, Clock: backoff.SystemClock}
+	b.Reset()
+	d := p.Initial
+	for range max(failures, 1) {
+		d = b.NextBackOff()
+	}
+	if p.Jitter > 0 {
+		h := fnv.New64a()
+		h.Write([]byte(job))
+		h.Write([]byte{byte(failures)})
+		u := float64(h.Sum64()%1_000_001)/1_000_000*2 - 1 // in [-1, 1]
+		d = time.Duration(float64(d) * (1 + p.Jitter*u))
+	}
+	return d
+}
