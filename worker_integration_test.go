@@ -299,3 +299,27 @@ func TestDrain(t *testing.T) {
 	}
 	c.audit()
 }
+
+// TestWorkerStateOfAnotherInstallation keeps a worker's disk while the
+// streams are set up anew (a reset dev cluster, a rebuilt installation):
+// the same job id runs at attempt 1 again instead of being refused as an
+// attempt this host took before.
+func TestWorkerStateOfAnotherInstallation(t *testing.T) {
+	t.Parallel()
+	state := t.TempDir()
+	for round := 1; round <= 2; round++ {
+		c := newCluster(t)
+		c.startScheduler("s", schedOpts{})
+		c.createAccount("a", 1000)
+		w := c.startWorker("h1", workerOpts{gpus: 1, stateDir: state})
+		acc := c.submitCmd("a", "reused-id", 1, 10, time.Minute, "true")
+		final := c.waitFinal("a", "reused-id", acc.Seq)
+		if final.Type != ledger.EventSucceeded || final.Attempt != 1 {
+			t.Errorf("round %d: final = %+v, want success at attempt 1", round, final)
+		}
+		if types := c.jobEventTypes("a", "reused-id"); countOf(types, "requeued") != 0 {
+			t.Errorf("round %d: events %v, want no refusal", round, types)
+		}
+		w.stop(t)
+	}
+}

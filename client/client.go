@@ -135,7 +135,7 @@ func (c *Client) Cancel(ctx context.Context, account, job string) (wire.JobEvent
 func (c *Client) jobCommand(ctx context.Context, msg wire.Message, account, job string) (wire.JobEvent, error) {
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
-	seq, subject, data, err := c.ask(ctx, msg, account, c.n.JobEvent(account, job), c.n.InvalidEvent(account))
+	seq, subject, data, err := c.ask(ctx, msg, c.n.AccountEvents(account), c.n.JobEvent(account, job), c.n.InvalidEvent(account))
 	if err != nil {
 		return wire.JobEvent{}, err
 	}
@@ -165,7 +165,7 @@ func (c *Client) Admin(ctx context.Context, a ledger.Admin) (wire.AccountEvent, 
 	}
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
-	seq, subject, data, err := c.ask(ctx, msg, a.Account, c.n.AccountEvent(a.Account), c.n.InvalidEvent(a.Account))
+	seq, subject, data, err := c.ask(ctx, msg, c.n.AccountEvents(a.Account), c.n.AccountEvent(a.Account), c.n.InvalidEvent(a.Account))
 	if err != nil {
 		return wire.AccountEvent{}, err
 	}
@@ -186,14 +186,47 @@ func (c *Client) Admin(ctx context.Context, a ledger.Admin) (wire.AccountEvent, 
 	return ev, nil
 }
 
+// SetPricing publishes a price table for metered jobs and waits for the
+// scheduler's answer.
+func (c *Client) SetPricing(ctx context.Context, p ledger.SetPricing) (wire.ConfigEvent, error) {
+	msg, err := wire.EncodePricing(c.n, p)
+	if err != nil {
+		return wire.ConfigEvent{}, fmt.Errorf("price table %s: %w", p.ID, err)
+	}
+	ctx, cancel := c.ctx(ctx)
+	defer cancel()
+	seq, _, data, err := c.ask(ctx, msg, c.n.ConfigEvent(), c.n.ConfigEvent())
+	if err != nil {
+		return wire.ConfigEvent{}, err
+	}
+	ev, err := wire.DecodeConfigEvent(data)
+	if err != nil {
+		return wire.ConfigEvent{}, err
+	}
+	if ev.Type == ledger.EventRejected {
+		return ev, &RejectedError{Seq: seq, Reason: ev.Reason, Message: ev.Message}
+	}
+	return ev, nil
+}
+
+// Pricing reads the price table of metered jobs; nil when none is set.
+func (c *Client) Pricing(ctx context.Context) (*ledger.Pricing, error) {
+	data, err := c.get(ctx, subjects.PricingKey)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("price table: %w", err)
+	}
+	return ledger.UnmarshalPricing(data)
+}
+
 // ask publishes msg and waits for the first event it caused on one of
-// subjs, all under account's event subjects. It reads through one filter,
-// gpuq.event.<account>.>, so a submitter needs to read only its own events.
-// It listens before publishing, so the answer cannot slip past; when the
-// server recognises a duplicate, the answer was given before and is read
-// from the stream's start.
-func (c *Client) ask(ctx context.Context, msg wire.Message, account string, subjs ...string) (uint64, string, []byte, error) {
-	filter := c.n.AccountEvents(account)
+// subjs, all under filter: a submitter reads through gpuq.event.<account>.>,
+// so it needs to read only its own events. It listens before publishing, so
+// the answer cannot slip past; when the server recognises a duplicate, the
+// answer was given before and is read from the stream's start.
+func (c *Client) ask(ctx context.Context, msg wire.Message, filter string, subjs ...string) (uint64, string, []byte, error) {
 	live, err := c.open(ctx, filter, jetstream.DeliverNewPolicy)
 	if err != nil {
 		return 0, "", nil, err

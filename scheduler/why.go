@@ -79,20 +79,37 @@ func Explain(s *ledger.State, hosts []wire.Host, id string, now time.Time, cfg C
 	case mostFree < j.GPUs:
 		add("no_free_gpus", "it needs %d GPUs; the most free on any host is %d, on %s", j.GPUs, mostFree, freest)
 	}
-	higher, older := 0, 0
+	// The queue order, as Decide sees it: priority, then the accounts'
+	// fair shares, then age.
+	core := NewCore(cfg)
+	core.Load(s)
+	mine := core.share(j.Account)
+	higher, fairer, older := 0, 0, 0
+	fairerAccts := map[string]bool{}
 	for _, o := range s.Jobs {
 		if o.State != ledger.StatePending || o.ID == j.ID {
 			continue
 		}
+		theirs := core.share(o.Account)
 		switch {
 		case o.Priority > j.Priority:
 			higher++
-		case o.Priority == j.Priority && o.SubmitSeq < j.SubmitSeq:
+		case o.Priority < j.Priority:
+		case o.Account != j.Account && theirs < mine:
+			fairer++
+			fairerAccts[o.Account] = true
+		case (o.Account == j.Account || theirs == mine) && o.SubmitSeq < j.SubmitSeq:
 			older++
 		}
 	}
-	if higher+older > 0 {
-		add("queue", "%d jobs are ahead of it in the queue: %d of higher priority, %d older at priority %d", higher+older, higher, older, j.Priority)
+	if n := higher + fairer + older; n > 0 {
+		msg := fmt.Sprintf("%d jobs are ahead of it in the queue: %d of higher priority", n, higher)
+		if fairer > 0 {
+			msg += fmt.Sprintf(", %d from %d accounts with a smaller fair share of recent use (account %s has used %.0f GPU-seconds per unit of weight)",
+				fairer, len(fairerAccts), j.Account, core.Share(j.Account, now))
+		}
+		msg += fmt.Sprintf(", %d older at priority %d", older, j.Priority)
+		add("queue", "%s", msg)
 	}
 	return out, nil
 }

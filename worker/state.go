@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,8 +20,17 @@ type startedLog struct {
 	path string
 	keep time.Duration
 
-	mu      sync.Mutex
-	started map[string]time.Time // "job/attempt" → when it started
+	mu   sync.Mutex
+	file startedFile
+}
+
+// startedFile is the log's form on disk.
+type startedFile struct {
+	// Installation is the orders stream the attempts came from. Attempts
+	// of another installation say nothing about this one's: job ids are
+	// chosen by users and come back when the streams are set up anew.
+	Installation string               `json:"installation"`
+	Started      map[string]time.Time `json:"started"` // "job/attempt" → when it started
 }
 
 func startedKey(a Attempt) string { return fmt.Sprintf("%s/%d", a.Job, a.N) }
@@ -28,7 +38,7 @@ func startedKey(a Attempt) string { return fmt.Sprintf("%s/%d", a.Job, a.N) }
 // openStartedLog reads the log at path, creating its directory. Entries older
 // than keep are dropped: no dispatch is redelivered that late.
 func openStartedLog(path string, keep time.Duration) (*startedLog, error) {
-	l := &startedLog{path: path, keep: keep, started: map[string]time.Time{}}
+	l := &startedLog{path: path, keep: keep, file: startedFile{Started: map[string]time.Time{}}}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("worker state directory: %w", err)
 	}
@@ -39,17 +49,35 @@ func openStartedLog(path string, keep time.Duration) (*startedLog, error) {
 	case err != nil:
 		return nil, fmt.Errorf("read worker state %s: %w", path, err)
 	}
-	if err := json.Unmarshal(data, &l.started); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&l.file); err != nil {
 		return nil, fmt.Errorf("worker state %s is corrupt (%v); move it away to start afresh", path, err)
 	}
+	if l.file.Started == nil {
+		l.file.Started = map[string]time.Time{}
+	}
 	return l, nil
+}
+
+// bind ties the log to installation. A log of another installation is
+// emptied, and bind returns how many entries it dropped.
+func (l *startedLog) bind(installation string) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.file.Installation == installation {
+		return 0, nil
+	}
+	dropped := len(l.file.Started)
+	l.file = startedFile{Installation: installation, Started: map[string]time.Time{}}
+	return dropped, l.write()
 }
 
 // has reports whether a was started here before.
 func (l *startedLog) has(a Attempt) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	_, ok := l.started[startedKey(a)]
+	_, ok := l.file.Started[startedKey(a)]
 	return ok
 }
 
@@ -57,13 +85,18 @@ func (l *startedLog) has(a Attempt) bool {
 func (l *startedLog) add(a Attempt, now time.Time) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.started[startedKey(a)] = now
-	for k, at := range l.started {
+	l.file.Started[startedKey(a)] = now
+	for k, at := range l.file.Started {
 		if now.Sub(at) > l.keep {
-			delete(l.started, k)
+			delete(l.file.Started, k)
 		}
 	}
-	data, err := json.Marshal(l.started)
+	return l.write()
+}
+
+// write replaces the file with the log, atomically. l.mu is held.
+func (l *startedLog) write() error {
+	data, err := json.Marshal(l.file)
 	if err != nil {
 		return err
 	}

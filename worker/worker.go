@@ -42,6 +42,10 @@ type Bus interface {
 	Beat(ctx context.Context, h wire.Host, ttl time.Duration) error
 	// Leave removes the heartbeat: the host is gone.
 	Leave(ctx context.Context) error
+	// Installation names where orders come from, and changes when that
+	// source is created anew (the streams are deleted and set up again).
+	// The record of attempts started here belongs to one installation.
+	Installation(ctx context.Context) (string, error)
 }
 
 // Config configures a [Worker]. Host, GPU and Bus are required; every other
@@ -196,6 +200,16 @@ func (w *Worker) Run(ctx context.Context) error {
 		case <-bg.Done():
 		}
 	}()
+	inst, err := w.cfg.Bus.Installation(ctx)
+	if err != nil {
+		return fmt.Errorf("worker %s: find the orders stream: %w", w.cfg.Host, err)
+	}
+	if dropped, err := w.state.bind(inst); err != nil {
+		return fmt.Errorf("worker %s: %w", w.cfg.Host, err)
+	} else if dropped > 0 {
+		w.log.WarnContext(ctx, "the record of started attempts belongs to an earlier installation; starting it afresh",
+			slog.Int("dropped", dropped), slog.String("installation", inst))
+	}
 	orderCtx, stopOrders := context.WithCancel(ctx)
 	defer stopOrders()
 	orders, err := w.cfg.Bus.Orders(orderCtx)

@@ -359,7 +359,8 @@ func TestExitCodes(t *testing.T) {
 		says string
 	}{
 		{"unknown command", []string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
-		{"missing cost", []string{"submit", "--account", "demo", "--", "true"}, exitUsage, "--cost is required"},
+		{"metered without prices", []string{"submit", "--account", "demo", "--", "true"}, exitRejected, "no_price"},
+		{"negative cost", []string{"submit", "--account", "demo", "--cost", "-1", "--", "true"}, exitUsage, "--cost"},
 		{"no command", []string{"submit", "--account", "demo", "--cost", "1"}, exitUsage, "give the command after --"},
 		{"bad output", []string{"jobs", "--output", "yaml"}, exitUsage, "want table or json"},
 		{"rejected", []string{"submit", "--account", "demo", "--cost", "5000", "--", "true"}, exitRejected, "insufficient_credits"},
@@ -522,7 +523,8 @@ func (d *devServer) daemon(line string) *daemon {
 	d.t.Helper()
 	dm := &daemon{out: &syncBuffer{}, done: make(chan struct{})}
 	dm.cmd = exec.Command(gpuqBin, splitShell(line)[1:]...)
-	dm.cmd.Env = append(os.Environ(), "NATS_URL="+d.url)
+	// TMPDIR keeps a worker's default state directory inside the test.
+	dm.cmd.Env = append(os.Environ(), "NATS_URL="+d.url, "TMPDIR="+d.t.TempDir())
 	dm.cmd.Stdout, dm.cmd.Stderr = dm.out, dm.out
 	if err := dm.cmd.Start(); err != nil {
 		d.t.Fatal(err)

@@ -19,10 +19,15 @@ func init() {
 	register(&command{
 		name:    "submit",
 		summary: "submit a job: reserve its cost and queue it",
-		usage:   "submit [--id ID] [--account A] [--priority P] [--gpus N] [--cost C] [--walltime D] [--env K=V]... [--wait] -- CMD ARGS…",
+		usage:   "submit [--id ID] [--account A] [--priority P] [--gpus N] [--cost C] [--walltime D] [--hold] [--env K=V]... [--wait] -- CMD ARGS…",
 		example: `  gpuq submit --account vision --gpus 2 --cost 120 --walltime 2h -- python train.py --epochs 10
   gpuq submit --id train-42 --account vision --gpus 1 --cost 10 --wait -- sh -c 'nvidia-smi -L'
+  gpuq submit --account vision --gpus 8 --walltime 4h -- python train.py   # metered: no --cost
+  gpuq submit --account vision --gpus 2 --cost 500 --hold -- python eval.py # wait for credits
   # --id makes a retried submit safe: the same id and terms are one job
+  # without --cost the job is metered: it reserves gpus × walltime × the highest
+  #   price (gpuq prices show) and is charged the runtime it uses
+  # --hold waits for credits (refill or grant) instead of being rejected
   # --wait follows the job and exits 0 when it succeeds, 3 when it fails or is cancelled`,
 		run: runSubmit,
 	})
@@ -73,7 +78,8 @@ func runSubmit(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&s.Account, "account", os.Getenv("GPUQ_ACCOUNT"), "account to charge, or $GPUQ_ACCOUNT")
 	fs.IntVar(&s.Priority, "priority", 0, "priority, -1000 to 1000; higher runs first")
 	fs.IntVar(&s.GPUs, "gpus", 1, "GPUs the job needs")
-	cost := fs.Int64("cost", -1, "credits to reserve, charged on success (required)")
+	cost := fs.Int64("cost", 0, "credits to reserve, charged on success; leave out for a metered job")
+	fs.BoolVar(&s.Hold, "hold", false, "if the account cannot pay yet, wait for credits instead of being rejected")
 	fs.DurationVar(&s.Walltime, "walltime", ledger.DefaultWalltime, "longest the job may run")
 	fs.IntVar(&s.MaxAttempts, "max-attempts", ledger.DefaultMaxAttempts, "attempts when a host is lost or fails")
 	fs.Var(env, "env", "an environment variable for the job, K=V (repeatable)")
@@ -85,12 +91,18 @@ func runSubmit(ctx context.Context, e *env, args []string) error {
 	switch {
 	case s.Account == "":
 		return usagef("--account is required (or set $GPUQ_ACCOUNT)")
-	case *cost < 0:
-		return usagef("--cost is required: the credits to reserve for the job")
 	case len(cmd) == 0:
 		return usagef("give the command after --, as in: gpuq submit --cost 10 -- python train.py")
 	}
-	s.Cost, s.Command = ledger.Credits(*cost), cmd
+	s.Command = cmd
+	switch {
+	case flagSet(fs, "cost") && *cost < 0:
+		return usagef("--cost must be 0 or more (leave it out for a metered job), not %d", *cost)
+	case flagSet(fs, "cost"):
+		s.Cost = ledger.Credits(*cost)
+	default:
+		s.Metered = true
+	}
 	if len(env) > 0 {
 		s.Env = env
 	}
@@ -121,6 +133,9 @@ func runSubmit(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprintf(e.stdout, "%s %s: %s\n", ev.Type, s.ID, ev.Message)
 		return nil
+	}
+	if e.output != "json" && ev.Type == ledger.EventHeld {
+		fmt.Fprintf(e.stdout, "held %s: %s\n", s.ID, ev.Message)
 	}
 	return follow(ctx, e, sess, s.Account, s.ID, ev.Seq)
 }
@@ -300,7 +315,14 @@ func runJob(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(w, "command   %s\n", strings.Join(j.Command, " "))
 	fmt.Fprintf(w, "asks      %d GPUs, priority %d, walltime %v, %d attempts at most\n", j.GPUs, j.Priority, j.Walltime, j.MaxAttempts)
-	fmt.Fprintf(w, "credits   cost %d, reserved now %d, charged %d\n", j.Cost, j.Held, j.Charged)
+	pricing := "fixed cost"
+	if j.Metered {
+		pricing = "metered: reserved for gpus × walltime at the highest price, charged for the runtime used"
+	}
+	if j.Hold {
+		pricing += "; waits for credits when the account cannot pay"
+	}
+	fmt.Fprintf(w, "credits   cost %d, reserved now %d, charged %d (%s)\n", j.Cost, j.Held, j.Charged, pricing)
 	if j.Attempt > 0 {
 		fmt.Fprintf(w, "attempt   %d on %s", j.Attempt, dash(j.Host))
 		if len(j.Devices) > 0 {
@@ -315,9 +337,9 @@ func runJob(ctx context.Context, e *env, args []string) error {
 		when(j.SubmittedAt), when(j.DispatchedAt), when(j.StartedAt), when(j.EndedAt))
 	if len(j.Attempts) > 0 {
 		fmt.Fprintln(w, "attempts:")
-		t := newTable(w, "  #", "HOST", "OUTCOME", "REASON", "ENDED", "MESSAGE")
+		t := newTable(w, "  #", "HOST", "OUTCOME", "REASON", "STARTED", "ENDED", "CHARGED", "MESSAGE")
 		for _, a := range j.Attempts {
-			t.row(fmt.Sprintf("  %d", a.N), a.Host, a.Outcome, dash(string(a.Reason)), when(a.EndedAt), dash(a.Message))
+			t.row(fmt.Sprintf("  %d", a.N), a.Host, a.Outcome, dash(string(a.Reason)), when(a.StartedAt), when(a.EndedAt), a.Charged, dash(a.Message))
 		}
 		return t.flush()
 	}

@@ -236,3 +236,15 @@ func (e *env) noArgs(c *command, fs *flag.FlagSet, args []string) (*session, err
 	}
 	return e.session()
 }
+
+// flagSet reports whether the user gave the named flag, as opposed to
+// leaving it at its default.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			given = true
+		}
+	})
+	return given
+}

@@ -53,6 +53,7 @@ type schedulerOpts struct {
 	name     string
 	replicas int
 	leaseTTL time.Duration
+	core     scheduler.CoreConfig
 }
 
 // startScheduler sets up gpuq's streams and buckets and returns a scheduler
@@ -80,7 +81,7 @@ func startScheduler(ctx context.Context, nc *nats.Conn, n subjects.Names, o sche
 	return scheduler.New(scheduler.Config{
 		Store: natsstore.New(js, lkv), Lease: lease, Log: natsbus.NewLog(js, n),
 		Publisher: natsbus.NewPublisher(js), Hosts: natsbus.NewHosts(hkv, log),
-		Names: n, Logger: log,
+		Names: n, Logger: log, Core: o.core,
 	})
 }
 
@@ -92,6 +93,12 @@ func runSchedulerCmd(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&o.name, "name", host, "this scheduler's name in the lease and logs")
 	fs.IntVar(&o.replicas, "replicas", 1, "replicas of every stream and bucket it creates: 1, or 3 on a cluster")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 5*time.Second, "leader lease time to live (whole seconds)")
+	fs.DurationVar(&o.core.HalfLife, "half-life", 24*time.Hour, "fair share: how fast past use fades (use this long ago counts half)")
+	fs.BoolVar(&o.core.NoBackfill, "no-backfill", false, "turn EASY backfill off")
+	fs.DurationVar(&o.core.Retry.Initial, "retry-initial", 10*time.Second, "wait before the first retry of a lost or failed-by-infrastructure attempt")
+	fs.DurationVar(&o.core.Retry.Max, "retry-max", 10*time.Minute, "longest wait between retries (the wait doubles each time)")
+	fs.DurationVar(&o.core.UnplaceableAfter, "unplaceable-after", time.Minute, "how long a job wider than every live host waits before it fails")
+	fs.DurationVar(&o.core.LostAfter, "lost-after", 30*time.Second, "how long an attempt's host may be silent before it is declared lost")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if _, err := e.parse(c, fs, args); err != nil {
 		return err

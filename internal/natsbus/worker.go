@@ -125,6 +125,18 @@ func (b *WorkerBus) Beat(ctx context.Context, h wire.Host, ttl time.Duration) er
 	return err
 }
 
+// Installation names the dispatch stream and when it was created, so a
+// worker's record of started attempts is not carried over to streams set up
+// anew with the same names.
+func (b *WorkerBus) Installation(ctx context.Context) (string, error) {
+	s, err := b.js.Stream(ctx, b.n.DispatchStream())
+	if err != nil {
+		return "", fmt.Errorf("stream %s: %w", b.n.DispatchStream(), err)
+	}
+	info := s.CachedInfo()
+	return info.Config.Name + "@" + info.Created.UTC().Format(time.RFC3339Nano), nil
+}
+
 // Leave deletes the heartbeat key.
 func (b *WorkerBus) Leave(ctx context.Context) error {
 	err := b.hosts.Delete(ctx, subjects.HostKey(b.host))
