@@ -77,9 +77,11 @@ func (t *tx) submit(c Submit) {
 		t.changedJob(j)
 		a.HeldJobs = append(a.HeldJobs, j.ID)
 		t.changedAccount(a)
-		t.jobEvent(a.ID, j, JobEvent{Type: EventHeld,
-			Message: fmt.Sprintf("held: it costs %d, account %s has %d available; it is reserved when the account can pay, after %d held before it",
-				j.Cost, a.ID, a.Available(), len(a.HeldJobs)-1)})
+		msg := fmt.Sprintf("held: it costs %d, account %s has %d available; it is reserved and queued when the account can pay", j.Cost, a.ID, a.Available())
+		if ahead := len(a.HeldJobs) - 1; ahead > 0 {
+			msg += fmt.Sprintf(", after the %d held jobs before it", ahead)
+		}
+		t.jobEvent(a.ID, j, JobEvent{Type: EventHeld, Message: msg})
 		return
 	}
 	j := newJob(c, t.seq, t)

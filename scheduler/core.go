@@ -417,8 +417,10 @@ func (c *Core) Decide(s *ledger.State, now time.Time) []ledger.Command {
 			continue
 		}
 		delete(c.unplaceableSince, j.ID)
-		if totalFree == 0 {
-			break // nothing more can start; the rest of the queue waits
+		if totalFree == 0 && (shadow != nil || c.cfg.NoBackfill) {
+			// Nothing more can start, and the first job that must wait
+			// has its reservation: the rest of the queue waits.
+			break
 		}
 		if now.Before(c.retryAt(j)) {
 			continue
@@ -510,8 +512,12 @@ func (c *Core) shadow(j *ledger.Job, now time.Time) *Shadow {
 		if h.capacity < j.GPUs {
 			continue
 		}
-		free := h.free()
-		es := ends[h.name]
+		// Stray GPUs (held by an attempt the ledger has ended, as a
+		// heartbeat sent just before a job's end still shows) are taken to
+		// free at once: the reservation is then never later than it could
+		// be, and backfill on this host only stricter.
+		free := max(h.capacity-h.used-h.inflight, 0)
+		es := append([]ending{{now, 0}}, ends[h.name]...)
 		slices.SortFunc(es, func(a, b ending) int { return a.at.Compare(b.at) })
 		for _, e := range es {
 			free += e.gpus

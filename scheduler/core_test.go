@@ -5,6 +5,7 @@ package scheduler_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -285,5 +286,44 @@ func TestLostWhenMissingFromHeartbeat(t *testing.T) {
 	}
 	if len(lost) != 1 || lost[0] != "wait" {
 		t.Fatalf("after StartTimeout: %+v, want the dispatched attempt lost too", cmds)
+	}
+}
+
+// TestShadowDespiteStrayGPUs: a heartbeat sent just before a job ended
+// still shows its GPUs held. The wide job at the head of the queue keeps
+// its backfill reservation all the same, and a long job is not started
+// into it.
+func TestShadowDespiteStrayGPUs(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, scheduler.CoreConfig{})
+	h.l.Create("a", 100)
+	h.host("h", 4)
+	h.apply(ledger.Submit{Account: "a", ID: "run", GPUs: 2, Cost: 1, Command: []string{"x"}, Walltime: time.Hour})
+	h.decide()
+	h.apply(ledger.Report{Type: ledger.ReportStarted, Host: "h", Job: "run", Attempt: 1, Devices: []string{"h-0", "h-1"}})
+	// The heartbeat lists run and an attempt the ledger has already ended.
+	hb := wire.Host{Host: "h", Running: []wire.Running{{Job: "run", Attempt: 1}}}
+	for i, job := range []string{"run", "run", "ended", "ended"} {
+		hb.Devices = append(hb.Devices, wire.Device{UUID: fmt.Sprintf("h-%d", i), Healthy: true, Job: job, Attempt: 1})
+	}
+	h.core.SetHost(hb, h.l.Now)
+	h.apply(ledger.Submit{Account: "a", ID: "wide", GPUs: 4, Cost: 1, Command: []string{"x"}, Walltime: time.Hour})
+	h.apply(ledger.Submit{Account: "a", ID: "long", GPUs: 2, Cost: 1, Command: []string{"x"}, Walltime: 3 * time.Hour})
+	if got := dispatches(h.decide()); len(got) != 0 {
+		t.Errorf("dispatched %v with no GPU free", got)
+	}
+	sh, ok := h.core.Shadows()["wide"]
+	if !ok || sh.Host != "h" || !sh.At.Equal(h.l.Now.Add(time.Hour)) {
+		t.Fatalf("shadows = %v, want wide reserved on h when run reaches its walltime", h.core.Shadows())
+	}
+	// The stale heartbeat is replaced: two GPUs are free, and long, which
+	// would run past the reservation, still waits.
+	fresh := wire.Host{Host: "h", Running: hb.Running, Devices: slices.Clone(hb.Devices)}
+	for i := 2; i < 4; i++ {
+		fresh.Devices[i].Job, fresh.Devices[i].Attempt = "", 0
+	}
+	h.core.SetHost(fresh, h.l.Now)
+	if got := dispatches(h.decide()); got["long"] != "" {
+		t.Errorf("long started into wide's reservation: %v", got)
 	}
 }

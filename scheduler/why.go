@@ -11,8 +11,10 @@ import (
 // Blocker is one reason a pending job is not running yet.
 type Blocker struct {
 	// Kind is machine-readable: "backoff", "max_running_jobs",
-	// "max_running_gpus", "no_hosts", "too_wide", "no_free_gpus" or
-	// "queue".
+	// "max_running_gpus", "no_hosts", "too_wide", "no_free_gpus", "queue",
+	// "backfill_reserved" (the job holds the backfill reservation: when it
+	// starts at the latest), "backfill_blocked" (it would delay the job that
+	// holds it), and for a held job "credits" and "held_behind".
 	Kind    string `json:"kind"`
 	Message string `json:"message"`
 }
@@ -110,6 +112,31 @@ func Explain(s *ledger.State, hosts []wire.Host, id string, now time.Time, cfg C
 		}
 		msg += fmt.Sprintf(", %d older at priority %d", older, j.Priority)
 		add("queue", "%s", msg)
+	}
+	// Backfill, as the next decision round would see it.
+	if cfg.NoBackfill {
+		return out, nil
+	}
+	for _, h := range hosts {
+		core.SetHost(h, now)
+	}
+	for _, d := range core.Decide(s, now) {
+		if d, ok := d.(ledger.Dispatch); ok && d.Job == j.ID {
+			return out, nil // it starts now; nothing else to say
+		}
+	}
+	shadows := core.Shadows()
+	if sh, ok := shadows[j.ID]; ok {
+		add("backfill_reserved", "it is first in line for %d GPUs: they are reserved for it on %s from %s at the latest (%s from now), when the jobs there reach their walltimes; until then only jobs that leave that reservation whole may start",
+			j.GPUs, sh.Host, sh.At.UTC().Format(time.RFC3339), sh.At.Sub(now).Round(time.Second))
+	} else if mostFree >= j.GPUs {
+		for _, sh := range shadows {
+			if !now.Add(j.Walltime).After(sh.At) {
+				continue
+			}
+			add("backfill_blocked", "job %s has GPUs reserved on %s from %s; this job's walltime of %s would run into that reservation",
+				sh.Job, sh.Host, sh.At.UTC().Format(time.RFC3339), j.Walltime)
+		}
 	}
 	return out, nil
 }

@@ -66,3 +66,54 @@ func TestExplain(t *testing.T) {
 		t.Errorf("Explain of a dispatched job = %v", err)
 	}
 }
+
+// TestExplainBackfill: the wide job that cannot start is told when its
+// reservation begins; a later job whose walltime would run into that
+// reservation is told so; one that ends in time is not held back.
+func TestExplainBackfill(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, scheduler.CoreConfig{})
+	h.l.Create("a", 100)
+	h.host("h", 4)
+	sub := func(id string, gpus int, walltime time.Duration) {
+		h.t.Helper()
+		h.apply(ledger.Submit{Account: "a", ID: id, GPUs: gpus, Cost: 1, Command: []string{"x"}, Walltime: walltime})
+	}
+	sub("hog", 3, time.Hour)
+	h.decide()
+	h.apply(ledger.Report{Type: ledger.ReportStarted, Host: "h", Job: "hog", Attempt: 1, Devices: []string{"h-0", "h-1", "h-2"}})
+	sub("wide", 4, time.Hour)
+	sub("long", 1, 2*time.Hour)
+	sub("short", 1, 10*time.Minute)
+	hosts := h.core.Hosts()
+	explain := func(id string) map[string]string {
+		t.Helper()
+		bs, err := scheduler.Explain(h.l.State, hosts, id, h.l.Now, scheduler.CoreConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, b := range bs {
+			out[b.Kind] = b.Message
+		}
+		return out
+	}
+	if got := explain("wide")["backfill_reserved"]; !strings.Contains(got, "reserved for it on h from") || !strings.Contains(got, "(1h0m0s from now)") {
+		t.Errorf("wide: backfill_reserved = %q", got)
+	}
+	if got := explain("long")["backfill_blocked"]; !strings.Contains(got, "job wide has GPUs reserved on h") || !strings.Contains(got, "walltime of 2h0m0s") {
+		t.Errorf("long: backfill_blocked = %q", got)
+	}
+	if got := explain("short"); got["backfill_blocked"] != "" || got["backfill_reserved"] != "" {
+		t.Errorf("short, which fits before the reservation, is told %v", got)
+	}
+	bs, err := scheduler.Explain(h.l.State, hosts, "long", h.l.Now, scheduler.CoreConfig{NoBackfill: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bs {
+		if strings.HasPrefix(b.Kind, "backfill") {
+			t.Errorf("without backfill: %+v", b)
+		}
+	}
+}
