@@ -13,17 +13,30 @@
 // # Money
 //
 // Credits are integers ([Credits]) bounded by [MaxCredits]; every sum is
-// checked. A submission reserves its cost at once or is rejected: an account
-// can never have more reserved than it owns. The reservation is held while the
-// job is pending, dispatched or running, and is then settled exactly once:
-// charged on success, released on failure or cancellation. Every balance
-// movement is also a journal [Entry], so balances can be recomputed from the
-// journal alone ([Books]).
+// checked. A submission's cost is the one it gives, or for a metered job
+// gpus × walltime at the highest price of the table ([Pricing]). A
+// submission reserves its cost at once if the account can pay for it;
+// otherwise it is rejected, unless it asked to be held ([Submit.Hold]). A
+// held job reserves nothing while it waits: an account's held jobs are
+// reserved in submit order as it can pay for them, and a submission that asks
+// to be held queues behind them even if it could be paid for now. An account
+// can never have more reserved than it owns. The reservation is held while
+// the job is pending, dispatched or running, and is then settled exactly
+// once: what the job owes is charged and the rest released. A fixed-cost job
+// is charged its cost on success and nothing otherwise. A metered job is
+// charged for the runtime it used at its GPU model's price on success (never
+// more than it reserved), and [Pricing.FailurePercent] of that when its
+// attempt exits non-zero, cancelled or not. An attempt that is lost, refused
+// by its worker or ended by the infrastructure is never charged, nor is a job
+// cancelled before it runs. Every balance movement is also a journal
+// [Entry], so balances can be recomputed from the journal alone ([Books]).
 //
 // # Replays
 //
-// Every account and job records the sequence of the last command that changed
-// it. A command at sequence s whose keys include one with a recorded sequence
+// Every account and job, and the price table, records the sequence of the
+// last command that changed it. A command at sequence s whose keys (the
+// accounts and jobs it names, and the price table if it reads it: a metered
+// submission, a report or a new table) include one with a recorded sequence
 // of s or more is already reflected in the state, and Apply skips it. A
 // command whose keys are all older was applied against exactly these values
 // the first time, so applying it again changes nothing. Together, re-applying

@@ -16,8 +16,9 @@ import (
 //     pending, dispatched or running, and its running jobs and GPUs equal
 //     those of its jobs in dispatched or running;
 //   - every job is in exactly one known state, holds its cost while active
-//     and nothing once ended, is charged only on success and then exactly
-//     what it held, and belongs to an existing account unless rejected.
+//     and nothing otherwise, is charged at most its cost (a fixed-cost job
+//     exactly its cost on success and nothing otherwise), and belongs to an
+//     existing account unless rejected.
 //
 // It costs O(accounts + jobs); [State.Apply] checks only what it touched.
 func (s *State) CheckInvariants() error {

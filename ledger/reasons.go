@@ -16,7 +16,7 @@ const (
 	ReasonOverflow            Reason = "overflow"             // an amount would leave the credit range
 	ReasonUnknownJob          Reason = "unknown_job"          // no job has this id
 	ReasonUnplaceable         Reason = "unplaceable"          // no host could ever fit the job (scheduler)
-	ReasonNoPrice             Reason = "no_price"             // a metered job with no price table set
+	ReasonNoPrice             Reason = "no_price"             // a metered job with no price table, or only zero prices
 	ReasonTooManyHeld         Reason = "too_many_held"        // the account already has MaxHeldJobs held
 )
 

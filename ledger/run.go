@@ -151,9 +151,11 @@ func (t *tx) unplaceable(u Unplaceable) {
 	}
 }
 
-// retry ends an attempt that failed through no fault of the job (lost, or
-// refused by the worker). The job is never charged for it: it goes back to
-// pending after a delay, or is released when cancelled or out of attempts.
+// retry ends an attempt that failed through no fault of the job (lost,
+// refused by the worker, or ended by the infrastructure). The job is never
+// charged for it: it goes back to pending, to be dispatched again when the
+// scheduler's retry policy allows, or its reservation is released in full
+// when it was cancelled or has no attempts left.
 func (t *tx) retry(j *Job, reason Reason, msg string) {
 	j.Failures++
 	switch {

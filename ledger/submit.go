@@ -47,7 +47,7 @@ func (t *tx) submit(c Submit) {
 	if c.Metered {
 		price := t.s.Pricing.MaxPrice()
 		if price == 0 {
-			t.rejectSubmission(c, ReasonNoPrice, "a metered job needs a price table, and none is set; give a cost, or ask an admin to set prices")
+			t.rejectSubmission(c, ReasonNoPrice, "a metered job needs a price table with a price above 0, and there is none; give a cost, or ask an admin to set prices")
 			return
 		}
 		cost, ok := gpuSecondsCost(c.GPUs, ceilSeconds(c.Walltime), price)
