@@ -28,9 +28,7 @@ func (t *tx) cancel(c Cancel) {
 		a := t.s.Accounts[j.Account]
 		a.HeldJobs = slices.DeleteFunc(a.HeldJobs, func(id string) bool { return id == j.ID })
 		t.changedAccount(a)
-		j.State, j.Reason, j.Message, j.EndedAt = StateCancelled, ReasonCancelled, "cancelled while held", t.at
-		t.changedJob(j)
-		t.jobEvent(j.Account, j, JobEvent{Type: EventCancelled})
+		t.end(j, StateCancelled, ReasonCancelled, "cancelled while held")
 	case j.State.OnHost() && j.CancelRequested:
 		t.jobEvent(j.Account, j, JobEvent{Type: EventIgnored, Reason: ReasonAlreadyCancelled,
 			Message: fmt.Sprintf("a cancel of attempt %d on %s is already on its way", j.Attempt, j.Host)})

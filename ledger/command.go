@@ -379,8 +379,8 @@ func (r Report) Validate() error {
 		if err := checkDevices(r.Devices); err != nil {
 			errs = append(errs, err)
 		}
-		if len(r.Model) > 128 {
-			bad("model is %d bytes, more than 128", len(r.Model))
+		if len(r.Model) > MaxModelBytes {
+			bad("model is %d bytes, more than %d", len(r.Model), MaxModelBytes)
 		}
 	case ReportDone:
 		if r.Runtime < 0 {

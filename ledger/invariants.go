@@ -3,8 +3,8 @@ package ledger
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
-	"strings"
 )
 
 // CheckInvariants checks the whole ledger and returns every broken invariant
@@ -71,13 +71,12 @@ func (s *State) CheckInvariants() error {
 		for i, j := range jobs {
 			ids[i] = j.ID
 		}
-		if strings.Join(ids, ",") != strings.Join(a.HeldJobs, ",") {
+		if !slices.Equal(ids, a.HeldJobs) {
 			errs = append(errs, brokenf("account %s lists held jobs %v; its held jobs in submit order are %v", id, a.HeldJobs, ids))
 		}
 	}
 	if s.Pricing != nil {
-		if err := (SetPricing{ID: s.Pricing.OpID, PerGPUHour: s.Pricing.PerGPUHour, Default: s.Pricing.Default,
-			FailurePercent: s.Pricing.FailurePercent}).Validate(); err != nil {
+		if err := s.Pricing.check(); err != nil {
 			errs = append(errs, brokenf("the price table is out of range: %v", err))
 		}
 	}

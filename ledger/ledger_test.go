@@ -683,7 +683,7 @@ func TestMeteredJobsPayForRuntime(t *testing.T) {
 	}
 	// 90.5s rounds up to 91s: ⌈2 × 91 × 360 / 3600⌉ = ⌈18.2⌉ = 19.
 	res := run("ok", "H100", 0, 90500*time.Millisecond, "")
-	e, _ := ledgertest.First[ledger.Entry](res)
+	var e ledger.Entry
 	for _, x := range ledgertest.All[ledger.Entry](res) {
 		if x.Kind == ledger.EntrySettle {
 			e = x

@@ -35,6 +35,11 @@ const (
 	MaxReasonBytes = 1024
 	// MaxDeviceBytes bounds one device id (a GPU or MIG UUID).
 	MaxDeviceBytes = 128
+	// MaxModelBytes bounds a GPU model name, as a worker reports it and as
+	// the price table names it.
+	MaxModelBytes = 128
+	// MaxPricedModels bounds the models the price table names.
+	MaxPricedModels = 256
 	// MaxHeldJobs bounds the jobs an account may have held at once.
 	MaxHeldJobs = 1000
 )

@@ -427,7 +427,7 @@ func (m *model) lost(l ledger.Lost, at time.Time) string {
 	switch {
 	case j == nil:
 		return out("invalid", ledger.ReasonUnknownJob)
-	case l.Attempt != j.attempt || j.attempt == 0:
+	case l.Attempt != j.attempt:
 		return out(ledger.EventIgnored, ledger.ReasonStaleAttempt)
 	case !onHost(j.state):
 		return out(ledger.EventIgnored, ledger.ReasonBadState)

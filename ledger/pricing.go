@@ -84,6 +84,12 @@ func (p *Pricing) String() string {
 	return strings.Join(parts, ", ") + fmt.Sprintf(" credits per GPU-hour; failed attempts pay %d%%", p.FailurePercent)
 }
 
+// check reports every way p is out of range: the checks of the [SetPricing]
+// command that would set it.
+func (p *Pricing) check() error {
+	return SetPricing{ID: p.OpID, PerGPUHour: p.PerGPUHour, Default: p.Default, FailurePercent: p.FailurePercent}.Validate()
+}
+
 // gpuSecondsCost returns ⌈gpus × seconds × price / 3600⌉, or false if it
 // is more than MaxCredits.
 func gpuSecondsCost(gpus int, seconds int64, price Credits) (Credits, bool) {
@@ -128,12 +134,12 @@ func (p SetPricing) Validate() error {
 	if !inRange(p.Default) {
 		errs = append(errs, fmt.Errorf("default price %d is out of range [0, %d]", p.Default, MaxCredits))
 	}
-	if len(p.PerGPUHour) > 256 {
-		errs = append(errs, fmt.Errorf("%d models, more than 256", len(p.PerGPUHour)))
+	if len(p.PerGPUHour) > MaxPricedModels {
+		errs = append(errs, fmt.Errorf("%d models, more than %d", len(p.PerGPUHour), MaxPricedModels))
 	}
 	for m, v := range p.PerGPUHour {
-		if m == "" || len(m) > 128 {
-			errs = append(errs, fmt.Errorf("model name %q must be 1 to 128 bytes", m))
+		if m == "" || len(m) > MaxModelBytes {
+			errs = append(errs, fmt.Errorf("model name %q must be 1 to %d bytes", m, MaxModelBytes))
 		}
 		if !inRange(v) {
 			errs = append(errs, fmt.Errorf("price %d of %s is out of range [0, %d]", v, m, MaxCredits))

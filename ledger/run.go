@@ -87,25 +87,26 @@ func (t *tx) report(r Report) {
 		j.RuntimeMS = r.Runtime.Milliseconds()
 		t.retry(j, ReasonInfrastructure, fmt.Sprintf("attempt %d on %s ended by the infrastructure: %s", j.Attempt, j.Host, r.Infra))
 	case r.Type == ReportDone:
-		code := r.ExitCode
-		j.ExitCode, j.RuntimeMS = &code, r.Runtime.Milliseconds()
-		switch {
-		case code == 0:
-			charge, how := t.charge(j, r.Runtime, 100)
-			t.endAttempt(j, StateSucceeded, "", "", charge)
-			t.finish(j, StateSucceeded, "", fmt.Sprintf("exited 0 after %v%s", r.Runtime, how), charge)
-		case j.CancelRequested:
-			charge, how := t.charge(j, r.Runtime, t.failurePercent(j))
-			t.endAttempt(j, StateCancelled, ReasonCancelled, fmt.Sprintf("exit code %d", code), charge)
-			t.finish(j, StateCancelled, ReasonCancelled, fmt.Sprintf("cancelled; exited %d after %v%s", code, r.Runtime, how), charge)
-		default:
-			charge, how := t.charge(j, r.Runtime, t.failurePercent(j))
-			t.endAttempt(j, StateFailed, ReasonExitCode, fmt.Sprintf("exit code %d", code), charge)
-			t.finish(j, StateFailed, ReasonExitCode, fmt.Sprintf("exited %d after %v%s", code, r.Runtime, how), charge)
-		}
+		t.exited(j, r.ExitCode, r.Runtime)
 	default: // ReportRejected
 		t.retry(j, ReasonWorkerRejected, fmt.Sprintf("%s could not start attempt %d: %s", j.Host, j.Attempt, r.Reason))
 	}
+}
+
+// exited settles j, whose attempt exited with code after runtime: a success
+// pays its full charge; a failure, cancelled or not, pays its failure share.
+func (t *tx) exited(j *Job, code int, runtime time.Duration) {
+	j.ExitCode, j.RuntimeMS = &code, runtime.Milliseconds()
+	to, reason, pct, attemptMsg, how := StateSucceeded, Reason(""), 100, "", fmt.Sprintf("exited %d", code)
+	if code != 0 {
+		to, reason, pct, attemptMsg = StateFailed, ReasonExitCode, t.failurePercent(j), fmt.Sprintf("exit code %d", code)
+		if j.CancelRequested {
+			to, reason, how = StateCancelled, ReasonCancelled, "cancelled; "+how
+		}
+	}
+	charge, note := t.charge(j, runtime, pct)
+	t.endAttempt(j, to, reason, attemptMsg, charge)
+	t.finish(j, to, reason, fmt.Sprintf("%s after %v%s", how, runtime, note), charge)
 }
 
 // lost applies the scheduler's decision that an attempt vanished.
@@ -120,7 +121,7 @@ func (t *tx) lost(l Lost) {
 		return
 	}
 	switch {
-	case l.Attempt != j.Attempt || j.Attempt == 0:
+	case l.Attempt != j.Attempt:
 		t.jobEvent(j.Account, j, JobEvent{Type: EventIgnored, Reason: ReasonStaleAttempt,
 			Message: fmt.Sprintf("lost decision for attempt %d ignored: the job's attempt is %d", l.Attempt, j.Attempt)})
 	case !j.State.OnHost():
@@ -242,13 +243,20 @@ func (t *tx) finish(j *Job, to JobState, reason Reason, msg string, charged Cred
 	a.Reserved -= held
 	a.Balance -= charged
 	t.journal(a, Entry{Kind: EntrySettle, Job: j.ID, Amount: charged, Held: held, Released: held - charged, Reason: reason})
+	t.end(j, to, reason, msg)
+}
+
+// end moves j, which holds nothing (any reservation already settled), to the
+// final state to and announces it.
+func (t *tx) end(j *Job, to JobState, reason Reason, msg string) {
 	j.State, j.Reason, j.Message, j.EndedAt = to, reason, msg, t.at
 	t.changedJob(j)
-	t.jobEvent(a.ID, j, JobEvent{Type: finalEvent[to]})
+	t.jobEvent(j.Account, j, JobEvent{Type: finalEvent[to]})
 }
 
 var finalEvent = map[JobState]EventType{
 	StateSucceeded: EventSucceeded,
 	StateFailed:    EventFailed,
 	StateCancelled: EventCancelled,
+	StateRejected:  EventRejected,
 }

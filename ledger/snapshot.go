@@ -52,7 +52,7 @@ func UnmarshalJob(data []byte) (*Job, error) {
 
 // MarshalPricing encodes the price table for storage.
 func MarshalPricing(p *Pricing) ([]byte, error) {
-	if err := (SetPricing{ID: p.OpID, PerGPUHour: p.PerGPUHour, Default: p.Default, FailurePercent: p.FailurePercent}).Validate(); err != nil {
+	if err := p.check(); err != nil {
 		return nil, fmt.Errorf("encode the price table: %w", err)
 	}
 	return json.Marshal(p)
@@ -64,7 +64,7 @@ func UnmarshalPricing(data []byte) (*Pricing, error) {
 	if err := json.Unmarshal(data, &p); err != nil {
 		return nil, fmt.Errorf("decode the price table: %w", err)
 	}
-	if err := (SetPricing{ID: p.OpID, PerGPUHour: p.PerGPUHour, Default: p.Default, FailurePercent: p.FailurePercent}).Validate(); err != nil {
+	if err := p.check(); err != nil {
 		return nil, fmt.Errorf("decode the price table: %w", err)
 	}
 	return &p, nil

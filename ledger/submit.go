@@ -151,10 +151,8 @@ func (t *tx) admit(c Admit) {
 // an earlier rejected record of the same id, and says why.
 func (t *tx) rejectSubmission(c Submit, reason Reason, msg string) {
 	j := newJob(c, 0, t)
-	j.State, j.Reason, j.Message, j.EndedAt = StateRejected, reason, msg, t.at
 	t.s.Jobs[j.ID] = j
-	t.changedJob(j)
-	t.jobEvent(c.Account, j, JobEvent{Type: EventRejected})
+	t.end(j, StateRejected, reason, msg)
 }
 
 func newJob(c Submit, submitSeq uint64, t *tx) *Job {
