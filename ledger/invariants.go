@@ -18,7 +18,9 @@ import (
 //   - every job is in exactly one known state, holds its cost while active
 //     and nothing otherwise, is charged at most its cost (a fixed-cost job
 //     exactly its cost on success and nothing otherwise), and belongs to an
-//     existing account unless rejected.
+//     existing account unless rejected;
+//   - a price table exists if a metered job is pending, dispatched or
+//     running, and is in range.
 //
 // It costs O(accounts + jobs); [State.Apply] checks only what it touched.
 func (s *State) CheckInvariants() error {
@@ -58,6 +60,9 @@ func (s *State) CheckInvariants() error {
 		}
 		if j.State.Active() {
 			sum.held += j.Held
+			if j.Metered && s.Pricing == nil {
+				errs = append(errs, brokenf("metered job %s is %s but there is no price table to charge it by", id, j.State))
+			}
 		}
 		if j.State.OnHost() {
 			sum.jobs++

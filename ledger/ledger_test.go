@@ -554,6 +554,22 @@ func TestCheckInvariantsFindsMismatch(t *testing.T) {
 	}
 }
 
+// An unfinished metered job is charged by the price table, so the table
+// must exist while one is pending, dispatched or running.
+func TestCheckInvariantsFindsMeteredJobWithoutPrices(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 1000)
+	l.Apply(ledger.SetPricing{ID: "p1", Default: 100})
+	wantEvent(t, l.Apply(ledger.Submit{Account: "a", ID: "m", GPUs: 1, Metered: true, Command: []string{"x"}}), ledger.EventAccepted, "")
+	s := l.State.Clone()
+	s.Pricing = nil
+	err := s.CheckInvariants()
+	if !errors.Is(err, ledger.ErrInvariant) || !strings.Contains(err.Error(), "metered job m is pending but there is no price table") {
+		t.Errorf("CheckInvariants() = %v", err)
+	}
+}
+
 func TestBooksCatchDoubleSettlement(t *testing.T) {
 	t.Parallel()
 	b := ledger.NewBooks()

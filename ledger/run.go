@@ -191,10 +191,11 @@ func (t *tx) endAttempt(j *Job, outcome JobState, reason Reason, msg string, cha
 }
 
 // failurePercent is the share of its runtime charge a failed or cancelled
-// attempt of j pays: the price table's for metered jobs; none for
+// attempt of j pays: the price table's for metered jobs (an unfinished
+// metered job implies a table, see [State.CheckInvariants]); none for
 // fixed-cost jobs, which are released in full.
 func (t *tx) failurePercent(j *Job) int {
-	if !j.Metered || t.s.Pricing == nil {
+	if !j.Metered {
 		return 0
 	}
 	return t.s.Pricing.FailurePercent
@@ -202,24 +203,24 @@ func (t *tx) failurePercent(j *Job) int {
 
 // charge returns what j's attempt that ran for runtime is charged, pct
 // percent of its full charge, and a note for the message. A fixed-cost job's
-// full charge is its cost; a metered job's is its GPU-seconds, rounded up to
-// the second, at its model's price, never more than it reserved.
+// full charge is its cost, all it holds; a metered job's is its GPU-seconds,
+// rounded up to the second, at its model's price from the table (which an
+// unfinished metered job implies), never more than it reserved.
 func (t *tx) charge(j *Job, runtime time.Duration, pct int) (Credits, string) {
 	if pct == 0 {
 		return 0, ""
 	}
-	if !j.Metered {
-		return j.Held, ""
+	full, note := j.Held, ""
+	if j.Metered {
+		secs := ceilSeconds(runtime)
+		price := t.s.Pricing.Price(j.Model)
+		if c, ok := gpuSecondsCost(j.GPUs, secs, price); ok && c < j.Held {
+			full = c
+		}
+		note = fmt.Sprintf("; metered: %d GPUs × %ds at %d per GPU-hour = %d", j.GPUs, secs, price, full)
 	}
-	secs := ceilSeconds(runtime)
-	price := t.s.Pricing.Price(j.Model)
-	full, ok := gpuSecondsCost(j.GPUs, secs, price)
-	if !ok || full > j.Held {
-		full = j.Held
-	}
-	c := full * Credits(pct) / 100
-	note := fmt.Sprintf("; metered: %d GPUs × %ds at %d per GPU-hour = %d", j.GPUs, secs, price, full)
-	if pct < 100 {
+	c := full * Credits(pct) / 100 // no overflow: full ≤ MaxCredits < 2^53
+	if j.Metered && pct < 100 {
 		note += fmt.Sprintf(", %d%% charged = %d", pct, c)
 	}
 	return c, note
