@@ -391,6 +391,7 @@ func (c *Core) Decide(s *ledger.State, now time.Time) []ledger.Command {
 		largest = max(largest, h.total)
 	}
 	var shadow *Shadow
+	var ends endings // built when the first shadow is computed, kept up to date after
 	p := c.queue.Begin()
 	defer p.End()
 	for examined := 0; examined < c.cfg.MaxExamine; examined++ {
@@ -417,9 +418,10 @@ func (c *Core) Decide(s *ledger.State, now time.Time) []ledger.Command {
 			continue
 		}
 		delete(c.unplaceableSince, j.ID)
-		if totalFree == 0 && (shadow != nil || c.cfg.NoBackfill) {
+		if totalFree == 0 && (shadow != nil || c.cfg.NoBackfill || len(c.hosts) == 0) {
 			// Nothing more can start, and the first job that must wait
-			// has its reservation: the rest of the queue waits.
+			// has its reservation (or no host could hold one): the rest
+			// of the queue waits.
 			break
 		}
 		if now.Before(c.retryAt(j)) {
@@ -440,7 +442,10 @@ func (c *Core) Decide(s *ledger.State, now time.Time) []ledger.Command {
 		h := c.place(j, now, shadow)
 		if h == nil {
 			if shadow == nil && !c.cfg.NoBackfill {
-				shadow = c.shadow(j, now)
+				if ends == nil {
+					ends = c.endings(now)
+				}
+				shadow = c.shadow(j, now, ends)
 				if shadow != nil {
 					c.shadows[j.ID] = *shadow
 				}
@@ -454,6 +459,9 @@ func (c *Core) Decide(s *ledger.State, now time.Time) []ledger.Command {
 			end: now.Add(j.Walltime), estimate: float64(j.GPUs) * j.Walltime.Seconds()}
 		c.inflight[j.ID] = d
 		h.inflight += j.GPUs
+		if ends != nil {
+			ends.add(h.name, ending{d.end, d.gpus})
+		}
 		totalFree -= j.GPUs
 		u.jobs++
 		u.gpus += j.GPUs
@@ -487,26 +495,51 @@ func (c *Core) place(j *ledger.Job, now time.Time, shadow *Shadow) *hostState {
 	return best
 }
 
-// shadow computes the backfill reservation of j, which fits no host now:
-// the earliest time some host frees enough GPUs as its running jobs reach
-// their walltimes, and what that host has to spare then. It returns nil if
-// no host ever frees enough.
-func (c *Core) shadow(j *ledger.Job, now time.Time) *Shadow {
-	type ending struct {
-		at   time.Time
-		gpus int
-	}
-	ends := map[string][]ending{}
+// ending is when GPUs held on a host free up at the latest.
+type ending struct {
+	at   time.Time
+	gpus int
+}
+
+// endings are the endings of the jobs on each host and of the decisions in
+// flight, by host, each host's in time order.
+type endings map[string][]ending
+
+// endings returns when the GPUs held by ledger jobs and in-flight decisions
+// free up. An ending already past is taken to be now: the job is ending any
+// moment.
+func (c *Core) endings(now time.Time) endings {
+	ends := endings{}
 	for _, p := range c.onHost {
-		at := p.end
-		if at.Before(now) {
-			at = now // past its walltime, ending any moment
-		}
-		ends[p.host] = append(ends[p.host], ending{at, p.gpus})
+		ends[p.host] = append(ends[p.host], ending{p.end, p.gpus})
 	}
 	for _, d := range c.inflight {
 		ends[d.host] = append(ends[d.host], ending{d.end, d.gpus})
 	}
+	for host, es := range ends {
+		for i := range es {
+			if es[i].at.Before(now) {
+				es[i].at = now
+			}
+		}
+		slices.SortFunc(es, func(a, b ending) int { return a.at.Compare(b.at) })
+		ends[host] = es
+	}
+	return ends
+}
+
+// add records e on host, keeping the host's endings in time order.
+func (ends endings) add(host string, e ending) {
+	es := ends[host]
+	i, _ := slices.BinarySearchFunc(es, e.at, func(x ending, at time.Time) int { return x.at.Compare(at) })
+	ends[host] = slices.Insert(es, i, e)
+}
+
+// shadow computes the backfill reservation of j, which fits no host now:
+// the earliest time some host frees enough GPUs as its running jobs reach
+// their walltimes (ends), and what that host has to spare then. It returns
+// nil if no host ever frees enough.
+func (c *Core) shadow(j *ledger.Job, now time.Time, ends endings) *Shadow {
 	var best *Shadow
 	for _, h := range c.hosts {
 		if h.capacity < j.GPUs {
@@ -517,17 +550,20 @@ func (c *Core) shadow(j *ledger.Job, now time.Time) *Shadow {
 		// free at once: the reservation is then never later than it could
 		// be, and backfill on this host only stricter.
 		free := max(h.capacity-h.used-h.inflight, 0)
-		es := append([]ending{{now, 0}}, ends[h.name]...)
-		slices.SortFunc(es, func(a, b ending) int { return a.at.Compare(b.at) })
-		for _, e := range es {
-			free += e.gpus
+		at := now
+		for _, e := range ends[h.name] {
 			if free >= j.GPUs {
-				s := Shadow{Job: j.ID, Host: h.name, At: e.at, Spare: free - j.GPUs}
-				if best == nil || s.At.Before(best.At) || s.At.Equal(best.At) && s.Spare < best.Spare {
-					best = &s
-				}
 				break
 			}
+			free += e.gpus
+			at = e.at
+		}
+		if free < j.GPUs {
+			continue
+		}
+		s := Shadow{Job: j.ID, Host: h.name, At: at, Spare: free - j.GPUs}
+		if best == nil || s.At.Before(best.At) || s.At.Equal(best.At) && s.Spare < best.Spare {
+			best = &s
 		}
 	}
 	return best

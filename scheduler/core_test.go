@@ -248,6 +248,43 @@ func BenchmarkDecide(b *testing.B) {
 	}
 }
 
+// BenchmarkDecideNoHosts measures a decision round while every host is
+// gone: n jobs queued and 1,000 attempts left on the hosts that went away.
+// Nothing can start, so the round must not look through the queue.
+func BenchmarkDecideNoHosts(b *testing.B) {
+	const n, running = 100_000, 1000
+	s := ledger.New()
+	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	seq := uint64(0)
+	apply := func(c ledger.Command) ledger.Result { seq++; return s.Apply(c, seq, at) }
+	for i := range 1000 {
+		apply(ledger.Admin{Account: fmt.Sprintf("a%d", i), ID: "c", Op: ledger.OpCreate, Balance: ledger.MaxCredits})
+	}
+	core := scheduler.NewCore(scheduler.CoreConfig{})
+	core.Load(s)
+	for i := range running {
+		host := fmt.Sprintf("h%d", i)
+		core.SetHost(wire.Host{Host: host, Devices: []wire.Device{{UUID: "g", Healthy: true}}}, at)
+		sub := ledger.Submit{Account: fmt.Sprintf("a%d", i%1000), ID: fmt.Sprintf("r%d", i), GPUs: 1, Cost: 1, Command: []string{"x"}}
+		core.Observe(s, sub, apply(sub))
+		d := ledger.Dispatch{Job: sub.ID, Attempt: 1, Host: host}
+		core.Observe(s, d, apply(d))
+	}
+	for i := range running {
+		core.RemoveHost(fmt.Sprintf("h%d", i), at)
+	}
+	for i := range n {
+		apply(ledger.Submit{Account: fmt.Sprintf("a%d", i%1000), ID: fmt.Sprintf("j%d", i), GPUs: 1, Cost: 1, Priority: i % 5, Command: []string{"x"}})
+	}
+	core.Load(s)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if cmds := core.Decide(s, at); len(cmds) != 0 {
+			b.Fatalf("round %d: %+v", i, cmds)
+		}
+	}
+}
+
 func TestLostWhenMissingFromHeartbeat(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, scheduler.CoreConfig{LostAfter: 10 * time.Second, StartTimeout: time.Minute})
