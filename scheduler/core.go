@@ -547,8 +547,9 @@ func (c *Core) shadow(j *ledger.Job, now time.Time, ends endings) *Shadow {
 		}
 		// Stray GPUs (held by an attempt the ledger has ended, as a
 		// heartbeat sent just before a job's end still shows) are taken to
-		// free at once: the reservation is then never later than it could
-		// be, and backfill on this host only stricter.
+		// free at once for the reservation's time, which is then never
+		// later than it could be, but not for its spare: backfill on this
+		// host is only stricter.
 		free := max(h.capacity-h.used-h.inflight, 0)
 		at := now
 		for _, e := range ends[h.name] {
@@ -561,7 +562,7 @@ func (c *Core) shadow(j *ledger.Job, now time.Time, ends endings) *Shadow {
 		if free < j.GPUs {
 			continue
 		}
-		s := Shadow{Job: j.ID, Host: h.name, At: at, Spare: free - j.GPUs}
+		s := Shadow{Job: j.ID, Host: h.name, At: at, Spare: max(free-j.GPUs-h.stray, 0)}
 		if best == nil || s.At.Before(best.At) || s.At.Equal(best.At) && s.Spare < best.Spare {
 			best = &s
 		}

@@ -364,3 +364,36 @@ func TestShadowDespiteStrayGPUs(t *testing.T) {
 		t.Errorf("long started into wide's reservation: %v", got)
 	}
 }
+
+// TestBackfillSpareLeavesStrayGPUs: the reservation's time takes stray GPUs
+// to free at once, but its spare does not count them: a long job started on
+// what only the strays would leave free could hold the wide job back.
+func TestBackfillSpareLeavesStrayGPUs(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, scheduler.CoreConfig{})
+	h.l.Create("a", 100)
+	h.host("h", 8)
+	h.apply(ledger.Submit{Account: "a", ID: "run", GPUs: 4, Cost: 1, Command: []string{"x"}, Walltime: time.Hour})
+	h.decide()
+	h.apply(ledger.Report{Type: ledger.ReportStarted, Host: "h", Job: "run", Attempt: 1, Devices: []string{"h-0", "h-1", "h-2", "h-3"}})
+	// The heartbeat lists run and an attempt the ledger has already ended
+	// on two more GPUs: two are free.
+	hb := wire.Host{Host: "h", Running: []wire.Running{{Job: "run", Attempt: 1}}}
+	for i, job := range []string{"run", "run", "run", "run", "ended", "ended", "", ""} {
+		d := wire.Device{UUID: fmt.Sprintf("h-%d", i), Healthy: true, Job: job}
+		if job != "" {
+			d.Attempt = 1
+		}
+		hb.Devices = append(hb.Devices, d)
+	}
+	h.core.SetHost(hb, h.l.Now)
+	h.apply(ledger.Submit{Account: "a", ID: "wide", GPUs: 6, Cost: 1, Command: []string{"x"}, Walltime: time.Hour})
+	h.apply(ledger.Submit{Account: "a", ID: "long", GPUs: 2, Cost: 1, Command: []string{"x"}, Walltime: 3 * time.Hour})
+	if got := dispatches(h.decide()); got["long"] != "" {
+		t.Errorf("long started on h, into wide's reservation unless the stray GPUs free: %v", got)
+	}
+	sh, ok := h.core.Shadows()["wide"]
+	if !ok || sh.Host != "h" || !sh.At.Equal(h.l.Now.Add(time.Hour)) || sh.Spare != 0 {
+		t.Errorf("shadows = %v, want wide reserved on h when run reaches its walltime, nothing to spare", h.core.Shadows())
+	}
+}
