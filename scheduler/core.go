@@ -446,9 +446,6 @@ func (c *Core) Decide(s *ledger.State, now time.Time) []ledger.Command {
 					ends = c.endings(now)
 				}
 				shadow = c.shadow(j, now, ends)
-				if shadow != nil {
-					c.shadows[j.ID] = *shadow
-				}
 			}
 			continue
 		}
@@ -470,6 +467,9 @@ func (c *Core) Decide(s *ledger.State, now time.Time) []ledger.Command {
 		c.usage.add(j.Account, d.estimate, now)
 		c.queue.FixAccount(j.Account)
 		out = append(out, ledger.Dispatch{Job: j.ID, Attempt: d.attempt, Host: h.name})
+	}
+	if shadow != nil {
+		c.shadows[shadow.Job] = *shadow // with the spare later jobs left
 	}
 	return out
 }

@@ -397,3 +397,22 @@ func TestBackfillSpareLeavesStrayGPUs(t *testing.T) {
 		t.Errorf("shadows = %v, want wide reserved on h when run reaches its walltime, nothing to spare", h.core.Shadows())
 	}
 }
+
+// TestShadowsReportSpareLeft: a job backfilled past the reservation on its
+// spare GPUs uses that spare up, and Shadows reports what is left.
+func TestShadowsReportSpareLeft(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, scheduler.CoreConfig{})
+	h.l.Create("a", 100)
+	h.host("h", 8)
+	h.apply(ledger.Submit{Account: "a", ID: "run", GPUs: 4, Cost: 1, Command: []string{"x"}, Walltime: time.Hour})
+	h.decide()
+	h.apply(ledger.Submit{Account: "a", ID: "wide", GPUs: 6, Cost: 1, Command: []string{"x"}, Walltime: time.Hour})
+	h.apply(ledger.Submit{Account: "a", ID: "long", GPUs: 2, Cost: 1, Command: []string{"x"}, Walltime: 3 * time.Hour})
+	if got := dispatches(h.decide()); got["long"] != "h" {
+		t.Errorf("long, which fits the reservation's spare, did not start on h: %v", got)
+	}
+	if sh, ok := h.core.Shadows()["wide"]; !ok || sh.Spare != 0 {
+		t.Errorf("shadows = %v, want wide's spare of 2 used up by long", h.core.Shadows())
+	}
+}
