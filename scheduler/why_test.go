@@ -10,6 +10,15 @@ import (
 	"github.com/gpuq/gpuq/wire"
 )
 
+// blockerKinds maps each blocker's kind to its message.
+func blockerKinds(bs []scheduler.Blocker) map[string]string {
+	out := map[string]string{}
+	for _, b := range bs {
+		out[b.Kind] = b.Message
+	}
+	return out
+}
+
 // TestExplain crafts each situation that holds a job back and checks that
 // Explain names it, and that it names all of them at once.
 func TestExplain(t *testing.T) {
@@ -23,11 +32,7 @@ func TestExplain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := map[string]string{}
-		for _, b := range bs {
-			out[b.Kind] = b.Message
-		}
-		return out
+		return blockerKinds(bs)
 	}
 	if got := kinds(nil); len(got) != 1 || got["no_hosts"] == "" {
 		t.Errorf("no hosts: %v", got)
@@ -92,11 +97,7 @@ func TestExplainBackfill(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := map[string]string{}
-		for _, b := range bs {
-			out[b.Kind] = b.Message
-		}
-		return out
+		return blockerKinds(bs)
 	}
 	if got := explain("wide")["backfill_reserved"]; !strings.Contains(got, "reserved for it on h from") || !strings.Contains(got, "(1h0m0s from now)") {
 		t.Errorf("wide: backfill_reserved = %q", got)
