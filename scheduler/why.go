@@ -28,7 +28,6 @@ type Blocker struct {
 // the first. An empty list means nothing holds the job back: the next
 // decision round will dispatch it.
 func Explain(s *ledger.State, hosts []wire.Host, id string, now time.Time, cfg CoreConfig) ([]Blocker, error) {
-	cfg = cfg.withDefaults()
 	j := s.Jobs[id]
 	if j == nil {
 		return nil, fmt.Errorf("no job %s", id)
@@ -39,16 +38,14 @@ func Explain(s *ledger.State, hosts []wire.Host, id string, now time.Time, cfg C
 	if j.State != ledger.StatePending {
 		return nil, fmt.Errorf("job %s is %s, not waiting", id, j.State)
 	}
+	core := NewCore(cfg)
 	var out []Blocker
 	add := func(kind, format string, args ...any) {
 		out = append(out, Blocker{Kind: kind, Message: fmt.Sprintf(format, args...)})
 	}
-	if j.Failures > 0 && len(j.Attempts) > 0 {
-		at := j.Attempts[len(j.Attempts)-1].EndedAt.Add(cfg.Retry.Delay(j.ID, j.Failures))
-		if now.Before(at) {
-			add("backoff", "attempt %d waits out its retry delay until %s (%s from now) after %s",
-				j.Attempt+1, at.UTC().Format(time.RFC3339), at.Sub(now).Round(time.Second), j.Reason)
-		}
+	if at := core.retryAt(j); now.Before(at) {
+		add("backoff", "attempt %d waits out its retry delay until %s (%s from now) after %s",
+			j.Attempt+1, at.UTC().Format(time.RFC3339), at.Sub(now).Round(time.Second), j.Reason)
 	}
 	if a := s.Accounts[j.Account]; a != nil {
 		if m := a.Limits.MaxRunningJobs; m > 0 && a.RunningJobs >= m {
@@ -83,7 +80,6 @@ func Explain(s *ledger.State, hosts []wire.Host, id string, now time.Time, cfg C
 	}
 	// The queue order, as Decide sees it: priority, then the accounts'
 	// fair shares, then age.
-	core := NewCore(cfg)
 	core.Load(s)
 	mine := core.share(j.Account)
 	higher, fairer, older := 0, 0, 0
