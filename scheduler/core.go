@@ -96,6 +96,18 @@ type Shadow struct {
 	Spare int
 }
 
+// runsInto reports whether j, started on host now, would still run on the
+// reserved host at the reserved time.
+func (s *Shadow) runsInto(host string, j *ledger.Job, now time.Time) bool {
+	return host == s.Host && now.Add(j.Walltime).After(s.At)
+}
+
+// rulesOut reports whether the reservation rules out starting j on host
+// now: j would run into it on more GPUs than it has to spare.
+func (s *Shadow) rulesOut(host string, j *ledger.Job, now time.Time) bool {
+	return s.runsInto(host, j, now) && j.GPUs > s.Spare
+}
+
 // NewCore returns a core with no hosts and an empty queue.
 func NewCore(cfg CoreConfig) *Core {
 	c := &Core{
@@ -449,7 +461,7 @@ func (c *Core) Decide(s *ledger.State, now time.Time) []ledger.Command {
 			}
 			continue
 		}
-		if shadow != nil && h.name == shadow.Host && now.Add(j.Walltime).After(shadow.At) {
+		if shadow != nil && shadow.runsInto(h.name, j, now) {
 			shadow.Spare -= j.GPUs // it runs past the reservation on its GPUs' spare
 		}
 		d := &decision{job: j.ID, account: j.Account, host: h.name, attempt: j.Attempt + 1, gpus: j.GPUs, at: now,
@@ -485,7 +497,7 @@ func (c *Core) place(j *ledger.Job, now time.Time, shadow *Shadow) *hostState {
 		if f < j.GPUs {
 			continue
 		}
-		if shadow != nil && h.name == shadow.Host && now.Add(j.Walltime).After(shadow.At) && j.GPUs > shadow.Spare {
+		if shadow != nil && shadow.rulesOut(h.name, j, now) {
 			continue
 		}
 		if best == nil || f < best.free() || f == best.free() && h.name < best.name {

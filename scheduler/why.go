@@ -125,11 +125,20 @@ func Explain(s *ledger.State, hosts []wire.Host, id string, now time.Time, cfg C
 	if sh, ok := shadows[j.ID]; ok {
 		add("backfill_reserved", "it is first in line for %d GPUs: they are reserved for it on %s from %s at the latest (%s from now), when the jobs there reach their walltimes; until then only jobs that leave that reservation whole may start",
 			j.GPUs, sh.Host, sh.At.UTC().Format(time.RFC3339), sh.At.Sub(now).Round(time.Second))
-	} else if mostFree >= j.GPUs {
-		for _, sh := range shadows {
-			if !now.Add(j.Walltime).After(sh.At) {
-				continue
+		return out, nil
+	}
+	// The reservation blocks the job if some host has room for it and the
+	// reservation rules out every such host, as in place. Room is judged as
+	// for no_free_gpus: from the ledger's jobs on each host.
+	for _, sh := range shadows {
+		room, allowed := false, false
+		for _, h := range hosts {
+			if h.Capacity()-used[h.Host] >= j.GPUs {
+				room = true
+				allowed = allowed || !sh.rulesOut(h.Host, j, now)
 			}
+		}
+		if room && !allowed {
 			add("backfill_blocked", "job %s has GPUs reserved on %s from %s; this job's walltime of %s would run into that reservation",
 				sh.Job, sh.Host, sh.At.UTC().Format(time.RFC3339), j.Walltime)
 		}

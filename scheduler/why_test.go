@@ -1,6 +1,7 @@
 package scheduler_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -108,6 +109,16 @@ func TestExplainBackfill(t *testing.T) {
 	if got := explain("short"); got["backfill_blocked"] != "" || got["backfill_reserved"] != "" {
 		t.Errorf("short, which fits before the reservation, is told %v", got)
 	}
+	// A heartbeat sent before an attempt ended still shows its GPU held:
+	// room is judged from the ledger, so long is still told why it waits.
+	stale := hosts[0]
+	stale.Devices = slices.Clone(stale.Devices)
+	stale.Devices[3].Job, stale.Devices[3].Attempt = "ended", 1
+	hosts = []wire.Host{stale}
+	if got := explain("long")["backfill_blocked"]; !strings.Contains(got, "job wide has GPUs reserved on h") {
+		t.Errorf("long, with a stray GPU in the heartbeat: backfill_blocked = %q", got)
+	}
+	hosts = h.core.Hosts()
 	bs, err := scheduler.Explain(h.l.State, hosts, "long", h.l.Now, scheduler.CoreConfig{NoBackfill: true})
 	if err != nil {
 		t.Fatal(err)
@@ -116,5 +127,26 @@ func TestExplainBackfill(t *testing.T) {
 		if strings.HasPrefix(b.Kind, "backfill") {
 			t.Errorf("without backfill: %+v", b)
 		}
+	}
+	// Another host has room for long: once its retry delay is over, it
+	// starts there, and the reservation on h does not hold it back.
+	h = newHarness(t, scheduler.CoreConfig{})
+	h.l.Create("a", 100)
+	h.host("h", 4)
+	sub("hog", 3, time.Hour)
+	h.decide()
+	h.apply(ledger.Report{Type: ledger.ReportStarted, Host: "h", Job: "hog", Attempt: 1, Devices: []string{"h-0", "h-1", "h-2"}})
+	sub("long", 1, 2*time.Hour)
+	h.decide()
+	h.apply(ledger.Report{Type: ledger.ReportRejected, Host: "h", Job: "long", Attempt: 1, Reason: "GPU busy"})
+	h.host("h2", 1)
+	sub("wide", 4, time.Hour)
+	hosts = h.core.Hosts()
+	if got := explain("wide")["backfill_reserved"]; !strings.Contains(got, "reserved for it on h from") {
+		t.Errorf("wide, with another host: backfill_reserved = %q", got)
+	}
+	got := explain("long")
+	if got["backoff"] == "" || got["backfill_blocked"] != "" {
+		t.Errorf("long, with room on h2 once its retry delay ends, is told %v", got)
 	}
 }
