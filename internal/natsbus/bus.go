@@ -120,19 +120,22 @@ type Publisher struct {
 	js jetstream.JetStream
 	// MaxElapsed bounds the retries of one message. Defaults to 30s.
 	MaxElapsed time.Duration
+	// ackTimeout bounds the wait for a chunk's acknowledgements; tests
+	// shorten it. Defaults to defaultAckTimeout.
+	ackTimeout time.Duration
 }
 
 // NewPublisher returns a publisher over js.
 func NewPublisher(js jetstream.JetStream) *Publisher {
-	return &Publisher{js: js, MaxElapsed: 30 * time.Second}
+	return &Publisher{js: js, MaxElapsed: 30 * time.Second, ackTimeout: defaultAckTimeout}
 }
 
 // chunk bounds the asynchronous publishes in flight at once, below the
 // client's default limit of 4000.
 const chunk = 1024
 
-// ackTimeout bounds the wait for a chunk's acknowledgements.
-const ackTimeout = 10 * time.Second
+// defaultAckTimeout bounds the wait for a chunk's acknowledgements.
+const defaultAckTimeout = 10 * time.Second
 
 // Publish publishes msgs in order and returns once the server has stored
 // each (a duplicate inside the window counts as stored).
@@ -155,17 +158,29 @@ func (p *Publisher) publishChunk(ctx context.Context, msgs []wire.Message) error
 			futs[i] = f
 		}
 	}
-	timeout := time.NewTimer(ackTimeout)
+	timeout := time.NewTimer(p.ackTimeout)
 	defer timeout.Stop()
+	expired := false
 	for i, f := range futs {
-		if f != nil {
+		switch {
+		case f == nil:
+		case expired:
+			// Past the timeout: take an answer already in, wait for none.
+			select {
+			case <-f.Ok():
+				continue
+			default:
+			}
+		default:
 			select {
 			case <-f.Ok():
 				continue
 			case <-f.Err():
 			case <-timeout.C:
-				// No answer in time: publish the rest one by one. A message
-				// the server did store is acked again as a duplicate.
+				// No answer in time: publish this message and every one
+				// still unanswered one by one. A message the server did
+				// store is acked again as a duplicate.
+				expired = true
 			case <-ctx.Done():
 				return ctx.Err()
 			}
