@@ -105,8 +105,19 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 		view.Checkpoint = cp.Seq
 	}
 	view.State.Seq = view.Checkpoint
+	limit := 0 // the bucket's history setting, read when a rewind first needs it
+	history := func() (int, error) {
+		if limit == 0 {
+			status, err := s.kv.Status(ctx)
+			if err != nil {
+				return 0, fmt.Errorf("status of %s: %w", s.kv.Bucket(), err)
+			}
+			limit = int(status.History())
+		}
+		return limit, nil
+	}
 	for key, e := range latest {
-		kind, _, err := subjects.ParseKey(key)
+		kind, id, err := subjects.ParseKey(key)
 		if key == subjects.PricingKey {
 			kind = "pricing"
 		} else if err != nil || kind == "sched" {
@@ -119,7 +130,7 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 		s.seqs[key] = seq
 		view.Ahead = max(view.Ahead, seq)
 		if seq > view.Checkpoint {
-			if err := s.rewind(ctx, view.State, kind, key, view.Checkpoint); err != nil {
+			if err := s.rewind(ctx, view.State, kind, id, key, view.Checkpoint, history); err != nil {
 				return nil, true, err
 			}
 		}
@@ -158,9 +169,11 @@ func (s *Store) add(st *ledger.State, kind string, data []byte) (uint64, error) 
 	return 0, fmt.Errorf("unknown record kind %q", kind)
 }
 
-// rewind replaces key in st by its newest version at or before checkpoint cp.
-func (s *Store) rewind(ctx context.Context, st *ledger.State, kind, key string, cp uint64) error {
-	_, id, _ := subjects.ParseKey(key)
+// rewind replaces the record at key (of kind, with id) in st by its newest
+// version at or before checkpoint cp. history returns the bucket's history
+// setting, which tells a key created after cp from one whose versions at or
+// before cp were pushed out of its history.
+func (s *Store) rewind(ctx context.Context, st *ledger.State, kind, id, key string, cp uint64, history func() (int, error)) error {
 	switch kind {
 	case "account":
 		delete(st.Accounts, id)
@@ -188,7 +201,11 @@ func (s *Store) rewind(ctx context.Context, st *ledger.State, kind, key string, 
 			return err
 		}
 	}
-	if st, err := s.kv.Status(ctx); err == nil && len(hist) >= int(st.History()) {
+	limit, err := history()
+	if err != nil {
+		return fmt.Errorf("rewind %s: %w", key, err)
+	}
+	if len(hist) >= limit {
 		return fmt.Errorf("%s: every one of its %d stored versions is newer than checkpoint %d, so its state at the checkpoint is lost; raise the bucket's history", key, len(hist), cp)
 	}
 	return nil // created after the checkpoint: it did not exist then

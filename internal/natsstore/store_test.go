@@ -142,6 +142,42 @@ func TestLoadFailsWhenHistoryIsTooShort(t *testing.T) {
 	}
 }
 
+// statusFails is a bucket whose status cannot be read.
+type statusFails struct{ jetstream.KeyValue }
+
+func (statusFails) Status(context.Context) (jetstream.KeyValueStatus, error) {
+	return nil, errors.New("status unavailable")
+}
+
+// TestLoadFailsWhenStatusFails: a key with no version at or before the
+// checkpoint either was created after it or lost its history; Load needs
+// the bucket's history setting to tell, and fails if it cannot read it
+// rather than leave the record out.
+func TestLoadFailsWhenStatusFails(t *testing.T) {
+	t.Parallel()
+	js, kv := setup(t, natsbus.SetupConfig{LedgerHistory: 2})
+	ctx := context.Background()
+	s := natsstore.New(js, kv)
+	if _, err := s.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(ctx, []scheduler.Record{account(t, 10, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Checkpoint(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(2); seq <= 3; seq++ { // two versions past the checkpoint
+		if err := s.Write(ctx, []scheduler.Record{account(t, ledger.Credits(seq), seq)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	view, err := natsstore.New(js, statusFails{kv}).Load(ctx)
+	if err == nil || !strings.Contains(err.Error(), "status unavailable") {
+		t.Errorf("Load = %+v, %v; want the status error", view, err)
+	}
+}
+
 func TestLeaseExcludesAndExpires(t *testing.T) {
 	t.Parallel()
 	js, kv := setup(t, natsbus.SetupConfig{})
