@@ -177,9 +177,6 @@ func attemptUsage(a ledger.Attempt) float64 {
 	return float64(a.GPUs) * a.EndedAt.Sub(a.StartedAt).Seconds()
 }
 
-// Queue returns the queue of pending jobs, for reading.
-func (c *Core) Queue() *Queue { return c.queue }
-
 // Observe updates Core after the fold applied cmd with result res.
 func (c *Core) Observe(s *ledger.State, cmd ledger.Command, res ledger.Result) {
 	if d, ok := cmd.(ledger.Dispatch); ok {

@@ -64,9 +64,6 @@ func (q *Queue) FixAccount(account string) {
 // Len returns the number of live jobs queued.
 func (q *Queue) Len() int { return len(q.index) }
 
-// Has reports whether job is queued.
-func (q *Queue) Has(job string) bool { return q.index[job] != nil }
-
 // Push queues a job. Pushing a job already queued does nothing.
 func (q *Queue) Push(it QueueItem) {
 	if q.index[it.Job] != nil {

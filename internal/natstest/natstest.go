@@ -15,23 +15,14 @@ import (
 // Server is an embedded nats-server.
 type Server struct {
 	*server.Server
-	Dir string // its JetStream storage directory
-	t   testing.TB
 }
 
 // Start runs a server with JetStream on file storage under a new temporary
 // directory. It is shut down when the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	return StartIn(t, t.TempDir())
-}
-
-// StartIn runs a server storing JetStream data in dir, so a test can stop it
-// and start another on the same data.
-func StartIn(t testing.TB, dir string) *Server {
-	t.Helper()
 	ns, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: dir,
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(),
 		NoLog: true, NoSigs: true,
 	})
 	if err != nil {
@@ -41,7 +32,7 @@ func StartIn(t testing.TB, dir string) *Server {
 	if !ns.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats-server not ready for connections after 10s")
 	}
-	s := &Server{Server: ns, Dir: dir, t: t}
+	s := &Server{Server: ns}
 	t.Cleanup(s.Stop)
 	return s
 }
