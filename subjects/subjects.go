@@ -315,6 +315,12 @@ func JobKey(id string) string { mustToken("job id", id); return "job." + id }
 // HostKey is the key of a host in the hosts bucket: <host>.
 func HostKey(host string) string { mustToken("host", host); return host }
 
+// KVSubject is the subject under which KV bucket stores key:
+// $KV.<bucket>.<key>. Publishing to it writes the key, with options the KV
+// API does not offer (a per-message TTL, an expected last sequence). bucket
+// and key must already be valid names; KVSubject does not check them.
+func KVSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
+
 // ParseKey splits a ledger key into its kind ("account", "job" or "sched")
 // and id.
 func ParseKey(key string) (kind, id string, err error) {

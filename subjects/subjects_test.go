@@ -42,6 +42,13 @@ func TestCheckToken(t *testing.T) {
 	}
 }
 
+func TestKVSubject(t *testing.T) {
+	t.Parallel()
+	if got, want := KVSubject(Default.LedgerBucket(), AccountKey("a")), "$KV.gpuq_ledger.account.a"; got != want {
+		t.Errorf("KVSubject = %q, want %q", got, want)
+	}
+}
+
 func TestNewRejectsBadPrefix(t *testing.T) {
 	t.Parallel()
 	for _, p := range []string{"", "a.b", "gpu q", "x>"} {

@@ -119,7 +119,7 @@ func (b *WorkerBus) Beat(ctx context.Context, h wire.Host, ttl time.Duration) er
 	if err != nil {
 		return err
 	}
-	m := nats.NewMsg("$KV." + b.hosts.Bucket() + "." + subjects.HostKey(b.host))
+	m := nats.NewMsg(subjects.KVSubject(b.hosts.Bucket(), subjects.HostKey(b.host)))
 	m.Data = data
 	_, err = b.js.PublishMsg(ctx, m, jetstream.WithMsgTTL(ttl))
 	return err

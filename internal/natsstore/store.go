@@ -24,16 +24,15 @@ import (
 // the remembered revision. A Store serves one leadership term: Load again
 // after a new lease.
 type Store struct {
-	js     jetstream.JetStream
-	kv     jetstream.KeyValue
-	prefix string // "$KV.<bucket>."
-	revs   map[string]uint64
-	seqs   map[string]uint64
+	js   jetstream.JetStream
+	kv   jetstream.KeyValue
+	revs map[string]uint64
+	seqs map[string]uint64
 }
 
 // New returns a store over kv, the ledger bucket, published to through js.
 func New(js jetstream.JetStream, kv jetstream.KeyValue) *Store {
-	return &Store{js: js, kv: kv, prefix: "$KV." + kv.Bucket() + ".", revs: map[string]uint64{}, seqs: map[string]uint64{}}
+	return &Store{js: js, kv: kv, revs: map[string]uint64{}, seqs: map[string]uint64{}}
 }
 
 type checkpoint struct {
@@ -228,7 +227,7 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 		if s.seqs[r.Key] >= r.Seq && s.seqs[r.Key] > 0 {
 			continue
 		}
-		m := nats.NewMsg(s.prefix + r.Key)
+		m := nats.NewMsg(subjects.KVSubject(s.kv.Bucket(), r.Key))
 		m.Data = r.Value
 		f, err := s.js.PublishMsgAsync(m, jetstream.WithExpectLastSequencePerSubject(s.revs[r.Key]))
 		if err != nil {
@@ -356,7 +355,7 @@ func (l *Lease) Holder(ctx context.Context) (string, error) {
 // Renew extends the lease by its TTL. It fails with scheduler.ErrLeaseLost
 // when the key moved on: the lease lapsed and another holder took it.
 func (l *Lease) Renew(ctx context.Context) error {
-	m := nats.NewMsg("$KV." + l.kv.Bucket() + "." + subjects.LeaderKey)
+	m := nats.NewMsg(subjects.KVSubject(l.kv.Bucket(), subjects.LeaderKey))
 	m.Data = l.value()
 	ack, err := l.js.PublishMsg(ctx, m, jetstream.WithMsgTTL(l.ttl), jetstream.WithExpectLastSequencePerSubject(l.rev))
 	if err != nil {
