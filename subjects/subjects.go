@@ -27,8 +27,12 @@ const DefaultPrefix = "gpuq"
 // Header names used on gpuq messages.
 const (
 	// MsgIDHeader carries the de-duplication id JetStream uses for its
-	// duplicate window: the job id on a submission, the op id on an admin
-	// command, and a derived id on every effect and report.
+	// duplicate window. On the command stream the id starts with the
+	// command's kind, so ids of different kinds never collide:
+	// submit.<account>.<job> on a submission, admin.<account>.<op> on an
+	// admin command, report.<host>.… on a report, and so on. Effects,
+	// orders and output chunks carry ids derived from what produced them.
+	// Package wire builds every one.
 	MsgIDHeader = "Nats-Msg-Id"
 
 	// Headers of a job output chunk on gpuq.log.<job>.
@@ -203,9 +207,9 @@ type Stream struct {
 	Subjects []string
 }
 
-// Streams lists every stream of the contract with its subject filters. The
-// scheduler creates streams from this list, and tests check every builder
-// against it.
+// Streams lists every stream of the contract with its subject filters.
+// Tests check every builder, and the streams the scheduler sets up, against
+// this list.
 func (n Names) Streams() []Stream {
 	return []Stream{
 		{Name: n.CmdStream(), Subjects: []string{n.CmdFilter()}},
@@ -230,7 +234,7 @@ func (n Names) Admin(account string) string { return n.join("account", account, 
 func (n Names) Report(host string) string { return n.join("host", host, "cmd", KindReport) }
 
 // Sched is where the scheduler logs a decision of kind ([SchedDispatch],
-// [SchedLost], [SchedUnplaceable]): gpuq.cmd.sched.<kind>.
+// [SchedLost], [SchedUnplaceable], [SchedAdmit]): gpuq.cmd.sched.<kind>.
 func (n Names) Sched(kind string) string { return n.join("decision kind", kind, "cmd", KindSched) }
 
 // Config is where an operator sets installation-wide configuration of kind
@@ -339,8 +343,8 @@ func ParseKey(key string) (kind, id string, err error) {
 
 // Cmd is a parsed command subject.
 type Cmd struct {
-	Kind  string // KindSubmit, KindCancel, KindAdmin, KindReport or KindSched
-	Token string // the account, host or decision kind the subject names
+	Kind  string // KindSubmit, KindCancel, KindAdmin, KindReport, KindSched or KindConfig
+	Token string // the account, host, decision kind or configuration kind the subject names
 }
 
 // ParseCmd parses a subject of the command stream. It returns an error
