@@ -37,7 +37,11 @@ func TestSetupIsIdempotent(t *testing.T) {
 			t.Errorf("%s: subjects %v storage %v duplicates %v", want.Name, cfg.Subjects, cfg.Storage, cfg.Duplicates)
 		}
 	}
-	if s, _ := js.Stream(ctx, n.DispatchStream()); s.CachedInfo().Config.Retention != jetstream.WorkQueuePolicy {
+	s, err := js.Stream(ctx, n.DispatchStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.CachedInfo().Config.Retention != jetstream.WorkQueuePolicy {
 		t.Error("dispatch stream is not a work queue")
 	}
 	kv, err := js.KeyValue(ctx, n.LedgerBucket())
@@ -45,8 +49,11 @@ func TestSetupIsIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, err := kv.Status(ctx)
-	if err != nil || st.History() != 5 || st.LimitMarkerTTL() != natsbus.LeaseMarkerTTL {
-		t.Errorf("ledger bucket: history %d, marker ttl %v, %v", st.History(), st.LimitMarkerTTL(), err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.History() != 5 || st.LimitMarkerTTL() != natsbus.LeaseMarkerTTL {
+		t.Errorf("ledger bucket: history %d, marker ttl %v", st.History(), st.LimitMarkerTTL())
 	}
 }
 
@@ -58,7 +65,10 @@ func TestSetupRestoresChangeableSettings(t *testing.T) {
 	if err := natsbus.Setup(ctx, js, n, natsbus.SetupConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	s, _ := js.Stream(ctx, n.EventsStream())
+	s, err := js.Stream(ctx, n.EventsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := s.CachedInfo().Config
 	cfg.MaxAge = time.Hour
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
@@ -67,7 +77,10 @@ func TestSetupRestoresChangeableSettings(t *testing.T) {
 	if err := natsbus.Setup(ctx, js, n, natsbus.SetupConfig{EventsMaxAge: 48 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	s, _ = js.Stream(ctx, n.EventsStream())
+	s, err = js.Stream(ctx, n.EventsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
 	if got := s.CachedInfo().Config.MaxAge; got != 48*time.Hour {
 		t.Errorf("events max age = %v, want 48h", got)
 	}

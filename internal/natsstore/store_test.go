@@ -72,8 +72,15 @@ func TestSecondWriterIsFenced(t *testing.T) {
 	if err := s1.Write(ctx, []scheduler.Record{account(t, 10, 1)}); err != nil {
 		t.Errorf("rewrite of the same version: %v", err)
 	}
-	e, _ := kv.Get(ctx, subjects.AccountKey("a"))
-	if a, _ := ledger.UnmarshalAccount(e.Value()); a.Balance != 10 {
+	e, err := kv.Get(ctx, subjects.AccountKey("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := ledger.UnmarshalAccount(e.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Balance != 10 {
 		t.Errorf("stored balance %d, want 10", a.Balance)
 	}
 }
