@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -118,28 +117,29 @@ func (p *process) kill(reason string, infra bool) {
 // returns how it ended.
 func (p *process) wait(walltime time.Duration) Outcome {
 	timer := time.AfterFunc(walltime, func() { p.stop("walltime", false) })
-	err := p.cmd.Wait()
+	// Wait's error adds nothing the outcome uses: the exit status is in
+	// ProcessState, and ErrWaitDelay only says a grandchild held the output
+	// open past WaitDelay.
+	_ = p.cmd.Wait()
 	timer.Stop()
 	close(p.done)
 	// The group may still hold children that outlived the leader; end them.
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL) // ESRCH when none are left
-	o := Outcome{ExitCode: exitCode(p.cmd.ProcessState, err), Runtime: time.Since(p.start)}
+	o := Outcome{ExitCode: exitCode(p.cmd.ProcessState), Runtime: time.Since(p.start)}
 	p.mu.Lock()
 	o.Stopped, o.Infra = p.stopped, p.infra
 	p.mu.Unlock()
 	return o
 }
 
-func exitCode(ps *os.ProcessState, err error) int {
+// exitCode is the process's exit status, 128+signal when a signal killed
+// it, or -1 when it has no state.
+func exitCode(ps *os.ProcessState) int {
 	if ps == nil {
 		return -1
 	}
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		return 128 + int(ws.Signal())
-	}
-	var ee *exec.ExitError
-	if ps.ExitCode() < 0 && errors.As(err, &ee) {
-		return -1
 	}
 	return ps.ExitCode()
 }
