@@ -9,8 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/subjects"
@@ -538,9 +540,17 @@ func (w *Worker) Host() wire.Host {
 	return h
 }
 
+// truncate makes s a reason the ledger accepts: valid UTF-8 (JSON would
+// turn each stray byte into a 3-byte U+FFFD) of at most MaxReasonBytes,
+// cut on a character boundary and marked "..." when it is too long.
 func truncate(s string) string {
-	if len(s) > ledger.MaxReasonBytes {
-		return s[:ledger.MaxReasonBytes-3] + "..."
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= ledger.MaxReasonBytes {
+		return s
 	}
-	return s
+	cut := ledger.MaxReasonBytes - len("...")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }
