@@ -232,7 +232,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() {
 		defer side.Done()
 		if err := w.cfg.GPU.WatchHealth(bg, w.unhealthy); err != nil {
-			w.log.Error("GPU health watch ended; every device is treated as unhealthy", slog.Any("err", err))
+			w.log.Error("GPU health watch ended; Xid and ECC errors are no longer detected", slog.Any("err", err))
 		}
 	}()
 
