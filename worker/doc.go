@@ -15,13 +15,16 @@
 // # Order of work
 //
 // For each dispatch the worker claims, records the attempt on local disk,
-// reports started (retrying until the server has stored it), acks the
-// order, and only then starts the process. A redelivered order for an
-// attempt running here is acked again; one for an attempt this host took
-// before a restart is refused rather than run twice, and the scheduler
-// retries it. A done report says the exit code and runtime; an attempt
-// ended by the infrastructure (an Xid on its GPU, a drain past its timeout)
-// says so, and is retried without charge.
+// reports started (retrying until the server has stored it), sets the
+// process starting on its own goroutine, and then acks the order. No
+// process starts before its started report is stored: a worker that is
+// stopping and cannot store it leaves the order unacked and the process
+// unstarted. A redelivered order for an attempt running here is acked
+// again; one for an attempt this host took before a restart is refused
+// rather than run twice, and the scheduler retries it. A done report says
+// the exit code and runtime; an attempt ended by the infrastructure (an Xid
+// on its GPU, a drain past its timeout) says so, and is retried without
+// charge.
 //
 // # What it does not do
 //

@@ -35,8 +35,8 @@ type startedFile struct {
 
 func startedKey(a Attempt) string { return fmt.Sprintf("%s/%d", a.Job, a.N) }
 
-// openStartedLog reads the log at path, creating its directory. Entries older
-// than keep are dropped: no dispatch is redelivered that late.
+// openStartedLog reads the log at path, creating its directory. Entries are
+// kept for keep (see add).
 func openStartedLog(path string, keep time.Duration) (*startedLog, error) {
 	l := &startedLog{path: path, keep: keep, file: startedFile{Started: map[string]time.Time{}}}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -82,6 +82,7 @@ func (l *startedLog) has(a Attempt) bool {
 }
 
 // add records that a starts now, on disk, before it is reported started.
+// Entries older than keep are dropped: no dispatch is redelivered that late.
 func (l *startedLog) add(a Attempt, now time.Time) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
