@@ -95,18 +95,51 @@ func (l *startedLog) add(a Attempt, now time.Time) error {
 	return l.write()
 }
 
-// write replaces the file with the log, atomically. l.mu is held.
+// write replaces the file with the log, atomically and durably: the data
+// reaches the disk before the rename, and the rename before write returns,
+// so a power loss after the started report is stored cannot lose the
+// record. l.mu is held.
 func (l *startedLog) write() error {
 	data, err := json.Marshal(l.file)
 	if err != nil {
 		return err
 	}
 	tmp := l.path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+	if err := writeSynced(tmp, data); err != nil {
 		return fmt.Errorf("write worker state: %w", err)
 	}
 	if err := os.Rename(tmp, l.path); err != nil {
 		return fmt.Errorf("write worker state: %w", err)
 	}
+	if err := syncDir(filepath.Dir(l.path)); err != nil {
+		return fmt.Errorf("write worker state: %w", err)
+	}
 	return nil
+}
+
+// writeSynced writes data to a file at path and flushes it to disk.
+func writeSynced(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		return errors.Join(err, f.Close())
+	}
+	if err := f.Sync(); err != nil {
+		return errors.Join(err, f.Close())
+	}
+	return f.Close()
+}
+
+// syncDir flushes dir's entries, a rename among them, to disk.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	if err := d.Sync(); err != nil {
+		return errors.Join(err, d.Close())
+	}
+	return d.Close()
 }
