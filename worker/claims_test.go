@@ -6,6 +6,7 @@ package worker_test
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -120,8 +121,13 @@ func TestConcurrentClaimsNeverOverlap(t *testing.T) {
 					owner[u] = a.Job
 				}
 				mu.Unlock()
+				// Hold the devices a while, so other claims run meanwhile.
+				runtime.Gosched()
 				mu.Lock()
 				for _, u := range got {
+					if o := owner[u]; o != a.Job {
+						t.Errorf("%s, claimed by %s, was taken by %q meanwhile", u, a.Job, o)
+					}
 					delete(owner, u)
 				}
 				mu.Unlock()
