@@ -30,13 +30,12 @@ type Claims struct {
 	mu        sync.Mutex
 	holder    map[string]Attempt // uuid → attempt
 	unhealthy map[string]string  // uuid → reason
-	models    map[string]string  // uuid → model, from the last snapshot
 }
 
 // NewClaims returns an empty claims table over gpu. A device with more than
 // maxUsedMiB of memory in use is busy.
 func NewClaims(gpu GPU, maxUsedMiB int64) *Claims {
-	return &Claims{gpu: gpu, maxUsedMiB: maxUsedMiB, holder: map[string]Attempt{}, unhealthy: map[string]string{}, models: map[string]string{}}
+	return &Claims{gpu: gpu, maxUsedMiB: maxUsedMiB, holder: map[string]Attempt{}, unhealthy: map[string]string{}}
 }
 
 // why returns why d cannot be claimed now, or "" if it is free. Holds c.mu.
@@ -61,46 +60,38 @@ func (c *Claims) why(d Device) string {
 }
 
 // Claim takes n free GPUs for a, all or none, from a fresh snapshot, and
-// returns their UUIDs in index order. A second claim by the same attempt
-// returns the GPUs it already holds. It returns an error wrapping
-// ErrNotEnoughGPUs, with why each other device was passed over, when fewer
-// than n are free.
-func (c *Claims) Claim(a Attempt, n int) ([]string, error) {
+// returns them, as the snapshot saw them, in index order. A second claim by
+// the same attempt returns the GPUs it already holds. It returns an error
+// wrapping ErrNotEnoughGPUs, with why each other device was passed over,
+// when fewer than n are free.
+func (c *Claims) Claim(a Attempt, n int) ([]Device, error) {
 	devs, err := c.gpu.Devices()
 	if err != nil {
 		return nil, fmt.Errorf("read the GPUs: %w", err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if held := c.heldLocked(a); len(held) > 0 {
+	if held := c.heldLocked(a, devs); len(held) > 0 {
 		return held, nil
 	}
-	var free []string
+	var free []Device
 	var passed []string
 	for _, d := range devs {
-		c.models[d.UUID] = d.Model
 		if reason := c.why(d); reason != "" {
 			passed = append(passed, d.UUID+": "+reason)
 			continue
 		}
-		free = append(free, d.UUID)
+		free = append(free, d)
 	}
 	if len(free) < n {
 		return nil, fmt.Errorf("%s needs %d GPUs, %d of %d are free (%s): %w",
 			a, n, len(free), len(devs), strings.Join(passed, "; "), ErrNotEnoughGPUs)
 	}
 	free = free[:n]
-	for _, u := range free {
-		c.holder[u] = a
+	for _, d := range free {
+		c.holder[d.UUID] = a
 	}
 	return free, nil
-}
-
-// Model returns the model of a claimed device, as the library named it.
-func (c *Claims) Model(uuid string) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.models[uuid]
 }
 
 // Release frees every GPU a holds.
@@ -114,21 +105,24 @@ func (c *Claims) Release(a Attempt) {
 	}
 }
 
-// Held returns the GPUs a holds, in UUID order.
-func (c *Claims) Held(a Attempt) []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.heldLocked(a)
-}
-
-func (c *Claims) heldLocked(a Attempt) []string {
-	var out []string
+// heldLocked returns the GPUs a holds, in UUID order, as devs shows them;
+// one devs does not list has only its UUID. Holds c.mu.
+func (c *Claims) heldLocked(a Attempt, devs []Device) []Device {
+	var out []Device
 	for u, h := range c.holder {
-		if h == a {
-			out = append(out, u)
+		if h != a {
+			continue
 		}
+		d := Device{UUID: u}
+		for _, sd := range devs {
+			if sd.UUID == u {
+				d = sd
+				break
+			}
+		}
+		out = append(out, d)
 	}
-	sort.Strings(out)
+	sort.Slice(out, func(i, j int) bool { return out[i].UUID < out[j].UUID })
 	return out
 }
 

@@ -44,7 +44,7 @@ func TestClaimSkipsDevicesThatAreNotFree(t *testing.T) {
 	c.MarkUnhealthy(uuids[3], "Xid 79")
 
 	got, err := c.Claim(worker.Attempt{Job: "j", N: 1}, 1)
-	if err != nil || len(got) != 1 || got[0] != uuids[4] {
+	if err != nil || len(got) != 1 || got[0].UUID != uuids[4] {
 		t.Fatalf("Claim(1) = %v, %v; want only the free device %s", got, err, uuids[4])
 	}
 	_, err = c.Claim(worker.Attempt{Job: "k", N: 1}, 1)
@@ -58,7 +58,7 @@ func TestClaimSkipsDevicesThatAreNotFree(t *testing.T) {
 	}
 	// The busy device frees up: it can be claimed again.
 	sim.SetProcesses(0, 0)
-	if got, err := c.Claim(worker.Attempt{Job: "k", N: 1}, 1); err != nil || got[0] != uuids[0] {
+	if got, err := c.Claim(worker.Attempt{Job: "k", N: 1}, 1); err != nil || got[0].UUID != uuids[0] {
 		t.Errorf("after the process left: %v, %v", got, err)
 	}
 	// An unhealthy device is never offered again, and its holder is named.
@@ -114,21 +114,21 @@ func TestConcurrentClaimsNeverOverlap(t *testing.T) {
 					continue
 				}
 				mu.Lock()
-				for _, u := range got {
-					if o := owner[u]; o != "" {
-						t.Errorf("%s claimed by %s and %s at once", u, o, a.Job)
+				for _, d := range got {
+					if o := owner[d.UUID]; o != "" {
+						t.Errorf("%s claimed by %s and %s at once", d.UUID, o, a.Job)
 					}
-					owner[u] = a.Job
+					owner[d.UUID] = a.Job
 				}
 				mu.Unlock()
 				// Hold the devices a while, so other claims run meanwhile.
 				runtime.Gosched()
 				mu.Lock()
-				for _, u := range got {
-					if o := owner[u]; o != a.Job {
-						t.Errorf("%s, claimed by %s, was taken by %q meanwhile", u, a.Job, o)
+				for _, d := range got {
+					if o := owner[d.UUID]; o != a.Job {
+						t.Errorf("%s, claimed by %s, was taken by %q meanwhile", d.UUID, a.Job, o)
 					}
-					delete(owner, u)
+					delete(owner, d.UUID)
 				}
 				mu.Unlock()
 				c.Release(a)

@@ -389,7 +389,7 @@ func (w *Worker) dispatch(ctx context.Context, o ledger.DispatchOrder) bool {
 		return w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N,
 			Reason: "the worker restarted after taking this attempt; it is not run twice"})
 	}
-	devs, err := w.claims.Claim(a, o.GPUs)
+	claimed, err := w.claims.Claim(a, o.GPUs)
 	if err != nil {
 		log.Warn("cannot start", slog.Any("err", err))
 		return w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Reason: truncate(err.Error())})
@@ -398,13 +398,17 @@ func (w *Worker) dispatch(ctx context.Context, o ledger.DispatchOrder) bool {
 		w.claims.Release(a)
 		return w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Reason: truncate(err.Error())})
 	}
+	devs := make([]string, len(claimed))
+	for i, d := range claimed {
+		devs[i] = d.UUID
+	}
 	r := &attempt{spec: Spec{Attempt: a, Account: o.Account, Command: o.Command, Env: o.Env, Devices: devs,
 		Walltime: o.Walltime, Dir: w.cfg.WorkDir}}
 	w.mu.Lock()
 	w.running[a] = r
 	w.mu.Unlock()
 	if !w.report(ctx, ledger.Report{Type: ledger.ReportStarted, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Devices: devs,
-		Model: w.claims.Model(devs[0])}) {
+		Model: claimed[0].Model}) {
 		// Stopping, and the ledger does not know the attempt started: do
 		// not start it. The unacked order comes back to the next process,
 		// which refuses it (the attempt is in this host's record), so the

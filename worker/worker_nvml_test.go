@@ -44,17 +44,17 @@ func TestRealGPUClaimAndChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Release(worker.Attempt{Job: "nvml-test", N: 1})
-	if !strings.HasPrefix(got[0], "GPU-") {
-		t.Fatalf("claimed %q, want a GPU UUID", got[0])
+	if !strings.HasPrefix(got[0].UUID, "GPU-") {
+		t.Fatalf("claimed %q, want a GPU UUID", got[0].UUID)
 	}
 	smi, err := exec.LookPath("nvidia-smi")
 	if err != nil {
 		t.Skip("nvidia-smi is not installed; cannot check what the child sees")
 	}
 	cmd := exec.Command("sh", "-c", `"$SMI" --query-gpu=uuid --format=csv,noheader -i "$CUDA_VISIBLE_DEVICES"`)
-	cmd.Env = append(cmd.Environ(), "SMI="+smi, "CUDA_VISIBLE_DEVICES="+got[0], "NVIDIA_VISIBLE_DEVICES="+got[0])
+	cmd.Env = append(cmd.Environ(), "SMI="+smi, "CUDA_VISIBLE_DEVICES="+got[0].UUID, "NVIDIA_VISIBLE_DEVICES="+got[0].UUID)
 	out, err := cmd.CombinedOutput()
-	if err != nil || strings.TrimSpace(string(out)) != got[0] {
-		t.Fatalf("the child looked up %s and got %q, %v", got[0], out, err)
+	if err != nil || strings.TrimSpace(string(out)) != got[0].UUID {
+		t.Fatalf("the child looked up %s and got %q, %v", got[0].UUID, out, err)
 	}
 }
