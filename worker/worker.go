@@ -223,14 +223,19 @@ func (w *Worker) Run(ctx context.Context) error {
 	} else {
 		w.log.InfoContext(ctx, "worker started", slog.Int("gpus", len(devs)), slog.Bool("simulated", w.cfg.GPU.Simulated()))
 	}
-	var side sync.WaitGroup
-	side.Add(2)
+	// The heartbeat has its own context: it must stop before Leave, or a
+	// beat after Leave writes the host back for HeartbeatTTL.
+	hbCtx, stopHeartbeat := context.WithCancel(bg)
+	defer stopHeartbeat()
+	hbDone := make(chan struct{})
 	go func() {
-		defer side.Done()
-		w.heartbeat(bg)
+		defer close(hbDone)
+		w.heartbeat(hbCtx)
 	}()
+	var health sync.WaitGroup
+	health.Add(1)
 	go func() {
-		defer side.Done()
+		defer health.Done()
 		if err := w.cfg.GPU.WatchHealth(bg, w.unhealthy); err != nil {
 			w.log.Error("GPU health watch ended; Xid and ECC errors are no longer detected", slog.Any("err", err))
 		}
@@ -257,13 +262,15 @@ loop:
 	w.beat(bg)
 	w.drainJobs()
 	w.wg.Wait()
+	stopHeartbeat()
+	<-hbDone
 	lctx, cancel := context.WithTimeout(bg, w.cfg.ReportTimeout)
 	if err := w.cfg.Bus.Leave(lctx); err != nil {
 		w.log.Warn("remove the heartbeat", slog.Any("err", err))
 	}
 	cancel()
 	stopBg()
-	side.Wait()
+	health.Wait()
 	w.log.Info("worker stopped")
 	return nil
 }
