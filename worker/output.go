@@ -13,53 +13,66 @@ import (
 // chunks, numbered in the order they are sent, with a cap on the bytes kept
 // and an end marker that says how the attempt ended.
 type output struct {
-	w      *Worker
+	w *Worker
+	// ctx bounds the sends. It is kept here because Write, being
+	// io.Writer's, cannot be given one.
 	ctx    context.Context
 	a      Attempt
 	stdout *outputWriter
 	stderr *outputWriter
+	stop   chan struct{} // closed by close: the flusher returns
+	done   chan struct{} // closed once the flusher has returned
 
-	mu    sync.Mutex // orders sends and numbers them
-	seq   int
-	total int
-	trunc bool
-	tick  *time.Ticker
-	done  chan struct{}
+	// mu guards what follows and both streams' buffers, and is held while
+	// a chunk is sent: chunks go out in the order they are numbered, and
+	// each stream's bytes in the order they were written.
+	mu     sync.Mutex
+	seq    int
+	total  int  // bytes kept, across both streams
+	trunc  bool // output past MaxLogBytes was dropped
+	closed bool // the end marker is sent: nothing may follow it
 }
 
-func newOutput(w *Worker, ctx context.Context, a Attempt) *output {
-	o := &output{w: w, ctx: ctx, a: a, tick: time.NewTicker(w.cfg.LogFlush), done: make(chan struct{})}
-	var share sync.Mutex
-	mk := func(stream string) *outputWriter {
-		return &outputWriter{stream: stream, emit: o.send, max: w.cfg.MaxLogBytes, chunk: w.cfg.LogChunkBytes,
-			total: &o.total, share: &share, trunc: &o.trunc}
-	}
-	o.stdout, o.stderr = mk(wire.Stdout), mk(wire.Stderr)
-	go func() {
-		for {
-			select {
-			case <-o.done:
-				return
-			case <-o.tick.C:
-				o.stdout.flush()
-				o.stderr.flush()
-			}
-		}
-	}()
+// outputWriter is one stream of an attempt's output. It buffers writes and
+// sends a chunk when the buffer fills; the flusher sends what is left every
+// flush interval.
+type outputWriter struct {
+	o      *output
+	stream string
+	buf    []byte // guarded by o.mu
+}
+
+func newOutput(ctx context.Context, w *Worker, a Attempt) *output {
+	o := &output{w: w, ctx: ctx, a: a, stop: make(chan struct{}), done: make(chan struct{})}
+	o.stdout = &outputWriter{o: o, stream: wire.Stdout}
+	o.stderr = &outputWriter{o: o, stream: wire.Stderr}
+	go o.flushEvery(w.cfg.LogFlush)
 	return o
 }
 
-// send publishes one chunk. Output is not worth blocking a job for: a chunk
-// that cannot be published is logged and dropped.
-func (o *output) send(stream string, data []byte) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.seq++
-	c := wire.LogChunk{Job: o.a.Job, Attempt: o.a.N, Stream: stream, Seq: o.seq, Data: data}
-	o.publish(c)
+// flushEvery sends what is buffered every interval until close.
+func (o *output) flushEvery(interval time.Duration) {
+	defer close(o.done)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-o.stop:
+			return
+		case <-t.C:
+			o.mu.Lock()
+			o.stdout.flushLocked()
+			o.stderr.flushLocked()
+			o.mu.Unlock()
+		}
+	}
 }
 
-func (o *output) publish(c wire.LogChunk) {
+// sendLocked numbers c and publishes it. Output is not worth blocking a job
+// for: a chunk that cannot be published is logged and dropped. o.mu is held.
+func (o *output) sendLocked(c wire.LogChunk) {
+	o.seq++
+	c.Job, c.Attempt, c.Seq = o.a.Job, o.a.N, o.seq
 	ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
 	defer cancel()
 	if err := o.w.cfg.Bus.Log(ctx, c); err != nil {
@@ -74,18 +87,46 @@ func (o *output) note(line string) {
 	}
 }
 
-// close flushes what is buffered and sends the end marker.
+// close stops the flusher, sends what is buffered and then the end marker.
 func (o *output) close(out Outcome) {
-	close(o.done)
-	o.tick.Stop()
-	o.stdout.flush()
-	o.stderr.flush()
-	o.stdout.share.Lock()
-	trunc := o.trunc
-	o.stdout.share.Unlock()
+	close(o.stop)
+	<-o.done
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.seq++
-	o.publish(wire.LogChunk{Job: o.a.Job, Attempt: o.a.N, Seq: o.seq, End: out.describe(), Truncated: trunc,
+	o.stdout.flushLocked()
+	o.stderr.flushLocked()
+	o.closed = true
+	o.sendLocked(wire.LogChunk{End: out.describe(), Truncated: o.trunc,
 		Data: []byte("gpuq: " + out.describe() + "\n")})
+}
+
+// Write keeps p, up to the attempt's cap, and sends every full chunk.
+func (w *outputWriter) Write(p []byte) (int, error) {
+	o := w.o
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return len(p), nil // the process is gone; its output has ended
+	}
+	keep := p
+	if room := o.w.cfg.MaxLogBytes - o.total; room < len(keep) {
+		keep = keep[:max(room, 0)]
+		o.trunc = true
+	}
+	o.total += len(keep)
+	w.buf = append(w.buf, keep...)
+	chunk := o.w.cfg.LogChunkBytes
+	for len(w.buf) >= chunk {
+		o.sendLocked(wire.LogChunk{Stream: w.stream, Data: append([]byte(nil), w.buf[:chunk]...)})
+		w.buf = w.buf[chunk:]
+	}
+	return len(p), nil
+}
+
+// flushLocked sends whatever is buffered. o.mu is held.
+func (w *outputWriter) flushLocked() {
+	if len(w.buf) > 0 {
+		w.o.sendLocked(wire.LogChunk{Stream: w.stream, Data: w.buf})
+		w.buf = nil
+	}
 }

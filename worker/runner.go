@@ -144,57 +144,6 @@ func exitCode(ps *os.ProcessState) int {
 	return ps.ExitCode()
 }
 
-// outputWriter turns a process's output into log chunks: it buffers writes
-// and hands a chunk to emit when the buffer fills or every flush interval,
-// and stops keeping output past a cap.
-type outputWriter struct {
-	stream string
-	emit   func(stream string, data []byte)
-	max    int
-	chunk  int
-
-	mu    sync.Mutex
-	buf   []byte
-	total *int // shared across an attempt's streams, guarded by shared mu
-	share *sync.Mutex
-	trunc *bool
-}
-
-func (w *outputWriter) Write(p []byte) (int, error) {
-	w.share.Lock()
-	room := w.max - *w.total
-	keep := p
-	if room < len(keep) {
-		keep = keep[:max(room, 0)]
-		*w.trunc = true
-	}
-	*w.total += len(keep)
-	w.share.Unlock()
-	w.mu.Lock()
-	w.buf = append(w.buf, keep...)
-	var out [][]byte
-	for len(w.buf) >= w.chunk {
-		out = append(out, append([]byte(nil), w.buf[:w.chunk]...))
-		w.buf = w.buf[w.chunk:]
-	}
-	w.mu.Unlock()
-	for _, c := range out {
-		w.emit(w.stream, c)
-	}
-	return len(p), nil
-}
-
-// flush hands over whatever is buffered.
-func (w *outputWriter) flush() {
-	w.mu.Lock()
-	data := w.buf
-	w.buf = nil
-	w.mu.Unlock()
-	if len(data) > 0 {
-		w.emit(w.stream, data)
-	}
-}
-
 // describe says how an attempt ended, for the log's end marker.
 func (o Outcome) describe() string {
 	s := fmt.Sprintf("exit %d after %v", o.ExitCode, o.Runtime.Round(time.Millisecond))

@@ -436,7 +436,7 @@ func (w *Worker) dispatch(ctx context.Context, o ledger.DispatchOrder) bool {
 func (w *Worker) run(ctx context.Context, r *attempt) {
 	defer w.wg.Done()
 	a := r.spec.Attempt
-	out := newOutput(w, ctx, a)
+	out := newOutput(ctx, w, a)
 	proc, err := startProcess(r.spec, out.stdout, out.stderr, w.cfg.KillGrace)
 	var o Outcome
 	if err != nil {
