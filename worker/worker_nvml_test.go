@@ -1,14 +1,16 @@
 //go:build nvml && cgo
 
 // A test for a machine with a real NVIDIA GPU and driver: discovery, free
-// detection, a claim, and a child process that finds its claimed device by
-// the UUID gpuq gives it. Run it with `go test -tags nvml ./worker`.
+// detection, a claim, and a child process, started as the worker starts an
+// attempt's, that sees its claimed device's UUID in CUDA_VISIBLE_DEVICES and
+// finds the device by it. Run it with `go test -tags nvml ./worker`.
 package worker_test
 
 import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpuq/gpuq/internal/nvmlgpu"
 	"github.com/gpuq/gpuq/worker"
@@ -39,22 +41,39 @@ func TestRealGPUClaimAndChild(t *testing.T) {
 	if free == 0 {
 		t.Skip("no free GPU on this machine (all busy, MIG or failing); nothing to claim")
 	}
-	got, err := c.Claim(worker.Attempt{Job: "nvml-test", N: 1}, 1)
+	a := worker.Attempt{Job: "nvml-test", N: 1}
+	got, err := c.Claim(a, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Release(worker.Attempt{Job: "nvml-test", N: 1})
+	defer c.Release(a)
 	if !strings.HasPrefix(got[0].UUID, "GPU-") {
 		t.Fatalf("claimed %q, want a GPU UUID", got[0].UUID)
 	}
-	smi, err := exec.LookPath("nvidia-smi")
-	if err != nil {
-		t.Skip("nvidia-smi is not installed; cannot check what the child sees")
+
+	// The child runs as the worker runs an attempt, so it sees the
+	// environment gpuq gives it, whose devices win over the worker's own.
+	// It prints the devices it was given and, if nvidia-smi is installed,
+	// the UUID the driver finds by that name.
+	t.Setenv("CUDA_VISIBLE_DEVICES", "the-worker's-own")
+	smi, _ := exec.LookPath("nvidia-smi") // "" when not installed; checked below
+	var stdout, stderr strings.Builder
+	o, err := worker.RunAttemptProcess(worker.Spec{Attempt: a, Devices: []string{got[0].UUID}, Walltime: time.Minute,
+		Env: map[string]string{"SMI": smi},
+		Command: []string{"sh", "-c", `echo "$CUDA_VISIBLE_DEVICES"
+if [ -n "$SMI" ]; then "$SMI" --query-gpu=uuid --format=csv,noheader -i "$CUDA_VISIBLE_DEVICES"; fi`}},
+		&stdout, &stderr)
+	if err != nil || o.ExitCode != 0 {
+		t.Fatalf("the child: %+v, %v; stdout %q, stderr %q", o, err, stdout.String(), stderr.String())
 	}
-	cmd := exec.Command("sh", "-c", `"$SMI" --query-gpu=uuid --format=csv,noheader -i "$CUDA_VISIBLE_DEVICES"`)
-	cmd.Env = append(cmd.Environ(), "SMI="+smi, "CUDA_VISIBLE_DEVICES="+got[0].UUID, "NVIDIA_VISIBLE_DEVICES="+got[0].UUID)
-	out, err := cmd.CombinedOutput()
-	if err != nil || strings.TrimSpace(string(out)) != got[0].UUID {
-		t.Fatalf("the child looked up %s and got %q, %v", got[0].UUID, out, err)
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if lines[0] != got[0].UUID {
+		t.Fatalf("the child's CUDA_VISIBLE_DEVICES is %q, want %s", lines[0], got[0].UUID)
+	}
+	if smi == "" {
+		t.Skip("nvidia-smi is not installed; cannot check that the driver finds the device by that name")
+	}
+	if len(lines) != 2 || lines[1] != got[0].UUID {
+		t.Fatalf("nvidia-smi -i %s in the child found %q; stderr %q", got[0].UUID, lines[1:], stderr.String())
 	}
 }
