@@ -154,9 +154,13 @@ func follow(ctx context.Context, e *env, s *session, account, job string, fromSe
 		return err
 	}
 	if e.output != "json" {
-		switch final.Type {
-		case ledger.EventSucceeded:
+		switch {
+		case final.Type == ledger.EventSucceeded:
 			fmt.Fprintf(e.stdout, "job %s succeeded: charged %d, balance %d\n", job, final.Charged, final.Balance)
+		case final.Charged > 0:
+			// A metered job that fails or is cancelled pays the price
+			// table's failure percent of its runtime.
+			fmt.Fprintf(e.stdout, "job %s %s (%s): charged %d, balance %d\n", job, final.Type, final.Reason, final.Charged, final.Balance)
 		default:
 			fmt.Fprintf(e.stdout, "job %s %s (%s): nothing charged, balance %d\n", job, final.Type, final.Reason, final.Balance)
 		}
