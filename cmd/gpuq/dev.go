@@ -116,6 +116,10 @@ func runDev(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer nc.Close()
+	cl, err := client.New(nc, client.WithPrefix(n.Prefix()), client.WithTimeout(e.conn.timeout))
+	if err != nil {
+		return err
+	}
 
 	svc, err := startScheduler(ctx, nc, n, schedulerOpts{name: "dev", replicas: 1, leaseTTL: 2 * time.Second}, log)
 	if err != nil {
@@ -154,10 +158,6 @@ func runDev(ctx context.Context, e *env, args []string) error {
 		schedDone.Wait()
 	}
 
-	cl, err := client.New(nc, client.WithPrefix(n.Prefix()), client.WithTimeout(30*time.Second))
-	if err != nil {
-		return err
-	}
 	demo, err := ensureDemoAccount(ctx, cl)
 	if err != nil {
 		shutdown()
