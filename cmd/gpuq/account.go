@@ -162,7 +162,7 @@ func capText(n int) string {
 }
 
 func accountList(ctx context.Context, e *env, s *session) error {
-	kv, err := s.ledgerKV(ctx)
+	kv, err := s.bucket(ctx, s.n.LedgerBucket())
 	if err != nil {
 		return err
 	}

@@ -148,20 +148,12 @@ func (e *env) session() (*session, error) {
 
 func (s *session) close() { s.nc.Close() }
 
-// ledgerKV opens the ledger bucket, with a message that says what to do if
+// bucket opens the named KV bucket, with a message that says what to do if
 // it is not there.
-func (s *session) ledgerKV(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := s.js.KeyValue(ctx, s.n.LedgerBucket())
+func (s *session) bucket(ctx context.Context, name string) (jetstream.KeyValue, error) {
+	kv, err := s.js.KeyValue(ctx, name)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("no %s bucket: no scheduler has run against this server yet (start one with gpuq scheduler, or gpuq dev)", s.n.LedgerBucket())
-	}
-	return kv, err
-}
-
-func (s *session) hostsKV(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := s.js.KeyValue(ctx, s.n.HostsBucket())
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("no %s bucket: no scheduler has run against this server yet (start one with gpuq scheduler, or gpuq dev)", s.n.HostsBucket())
+		return nil, fmt.Errorf("no %s bucket: no scheduler has run against this server yet (start one with gpuq scheduler, or gpuq dev)", name)
 	}
 	return kv, err
 }

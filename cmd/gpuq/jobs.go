@@ -221,7 +221,7 @@ func runCancel(ctx context.Context, e *env, args []string) error {
 
 // loadState reads the whole ledger view, as of its checkpoint.
 func loadState(ctx context.Context, s *session) (*ledger.State, error) {
-	kv, err := s.ledgerKV(ctx)
+	kv, err := s.bucket(ctx, s.n.LedgerBucket())
 	if err != nil {
 		return nil, err
 	}

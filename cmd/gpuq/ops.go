@@ -147,7 +147,7 @@ type hostView struct {
 
 // readHosts reads every live heartbeat.
 func readHosts(ctx context.Context, s *session) ([]wire.Host, error) {
-	kv, err := s.hostsKV(ctx)
+	kv, err := s.bucket(ctx, s.n.HostsBucket())
 	if err != nil {
 		return nil, err
 	}
@@ -305,7 +305,7 @@ func runAudit(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer s.close()
-	kv, err := s.ledgerKV(ctx)
+	kv, err := s.bucket(ctx, s.n.LedgerBucket())
 	if err != nil {
 		return err
 	}
