@@ -8,7 +8,6 @@ import (
 	"strconv"
 
 	"github.com/gpuq/gpuq/client"
-	"github.com/gpuq/gpuq/internal/natsstore"
 	"github.com/gpuq/gpuq/ledger"
 )
 
@@ -162,16 +161,12 @@ func capText(n int) string {
 }
 
 func accountList(ctx context.Context, e *env, s *session) error {
-	kv, err := s.bucket(ctx, s.n.LedgerBucket())
-	if err != nil {
-		return err
-	}
-	view, err := natsstore.New(s.js, kv).Load(ctx)
+	st, err := loadState(ctx, s)
 	if err != nil {
 		return err
 	}
 	var out []accountView
-	for _, a := range view.State.Accounts {
+	for _, a := range st.Accounts {
 		out = append(out, viewAccount(a))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })

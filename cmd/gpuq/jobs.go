@@ -12,6 +12,7 @@ import (
 	"github.com/gpuq/gpuq/client"
 	"github.com/gpuq/gpuq/internal/natsstore"
 	"github.com/gpuq/gpuq/ledger"
+	"github.com/gpuq/gpuq/scheduler"
 	"github.com/gpuq/gpuq/wire"
 )
 
@@ -219,13 +220,18 @@ func runCancel(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// loadState reads the whole ledger view, as of its checkpoint.
-func loadState(ctx context.Context, s *session) (*ledger.State, error) {
+// loadView reads the whole ledger view, with its checkpoint.
+func loadView(ctx context.Context, s *session) (*scheduler.View, error) {
 	kv, err := s.bucket(ctx, s.n.LedgerBucket())
 	if err != nil {
 		return nil, err
 	}
-	view, err := natsstore.New(s.js, kv).Load(ctx)
+	return natsstore.New(s.js, kv).Load(ctx)
+}
+
+// loadState reads the ledger state, as of the view's checkpoint.
+func loadState(ctx context.Context, s *session) (*ledger.State, error) {
+	view, err := loadView(ctx, s)
 	if err != nil {
 		return nil, err
 	}

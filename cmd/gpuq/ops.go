@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gpuq/gpuq/client"
-	"github.com/gpuq/gpuq/internal/natsstore"
 	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/scheduler"
 	"github.com/gpuq/gpuq/subjects"
@@ -305,11 +304,7 @@ func runAudit(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer s.close()
-	kv, err := s.bucket(ctx, s.n.LedgerBucket())
-	if err != nil {
-		return err
-	}
-	view, err := natsstore.New(s.js, kv).Load(ctx)
+	view, err := loadView(ctx, s)
 	if err != nil {
 		return err
 	}
