@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gpuq/gpuq/client"
+	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/subjects"
 )
 
@@ -147,6 +148,15 @@ func (e *env) session() (*session, error) {
 }
 
 func (s *session) close() { s.nc.Close() }
+
+// job reads job id's record, saying so when there is none.
+func (s *session) job(ctx context.Context, id string) (*ledger.Job, error) {
+	j, err := s.c.Job(ctx, id)
+	if errors.Is(err, client.ErrNotFound) {
+		return nil, fmt.Errorf("no job %s", id)
+	}
+	return j, err
+}
 
 // bucket opens the named KV bucket, with a message that says what to do if
 // it is not there.

@@ -196,10 +196,7 @@ func runCancel(ctx context.Context, e *env, args []string) error {
 	}
 	defer s.close()
 	if *account == "" {
-		j, err := s.c.Job(ctx, job)
-		if errors.Is(err, client.ErrNotFound) {
-			return fmt.Errorf("no job %s", job)
-		}
+		j, err := s.job(ctx, job)
 		if err != nil {
 			return err
 		}
@@ -304,10 +301,7 @@ func runJob(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer s.close()
-	j, err := s.c.Job(ctx, job)
-	if errors.Is(err, client.ErrNotFound) {
-		return fmt.Errorf("no job %s", job)
-	}
+	j, err := s.job(ctx, job)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/gpuq/gpuq/client"
 	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/scheduler"
 	"github.com/gpuq/gpuq/subjects"
@@ -62,10 +61,7 @@ func runLogs(ctx context.Context, e *env, args []string) error {
 	defer s.close()
 	want := *attempt
 	if want == 0 {
-		j, err := s.c.Job(ctx, job)
-		if errors.Is(err, client.ErrNotFound) {
-			return fmt.Errorf("no job %s", job)
-		}
+		j, err := s.job(ctx, job)
 		if err != nil {
 			return err
 		}

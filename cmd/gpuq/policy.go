@@ -128,10 +128,7 @@ func runRetry(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer s.close()
-	j, err := s.c.Job(ctx, job)
-	if errors.Is(err, client.ErrNotFound) {
-		return fmt.Errorf("no job %s", job)
-	}
+	j, err := s.job(ctx, job)
 	if err != nil {
 		return err
 	}
