@@ -59,7 +59,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&o.simulate, "model", "dgxh200", "simulated GPU model: dgxh100 or dgxh200")
 	fs.StringVar(&o.host, "host", "sim-1", "the simulated worker's host name")
 	level := fs.String("log-level", "warn", "log level of the embedded parts: debug, info, warn or error")
-	if _, err := e.parse(c, fs, args); err != nil {
+	if err := e.parseNoArgs(c, fs, args); err != nil {
 		return err
 	}
 	log, err := newLogger(*level)

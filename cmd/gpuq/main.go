@@ -141,9 +141,13 @@ Commands:
 Start here: gpuq dev runs everything on this machine (embedded NATS, the
 scheduler and a worker on simulated GPUs) and prints commands to try.
 
-Every command takes --nats URL (or $NATS_URL, default nats://127.0.0.1:4222),
---creds FILE (or $NATS_CREDS), --tls-ca, --tls-cert, --tls-key, --prefix and
---output table|json. Run gpuq <command> --help for its flags and examples.
+Every command takes --prefix, the installation's subject prefix. All but dev
+(which runs its own server) connect with --nats URL (or $NATS_URL, default
+nats://127.0.0.1:4222), --creds FILE (or $NATS_CREDS), --tls-ca, --tls-cert
+and --tls-key. --output table|json and --timeout (how long to wait for the
+scheduler's answer) are for the commands that ask gpuq something: the daemons
+(dev, scheduler, worker) print no table or JSON, and of them only dev uses
+--timeout. Run gpuq <command> --help for its flags and examples.
 
 Exit codes: 0 ok; 1 failure; 2 usage; 3 a job waited on with --wait ended
 failed or cancelled; 4 the scheduler rejected the command; 5 audit found a
@@ -227,14 +231,23 @@ func (e *env) jobArg(c *command, fs *flag.FlagSet, args []string) (string, *sess
 // noArgs parses the flags of a command that takes no arguments, and opens
 // a session for it.
 func (e *env) noArgs(c *command, fs *flag.FlagSet, args []string) (*session, error) {
-	pos, err := e.parse(c, fs, args)
-	if err != nil {
+	if err := e.parseNoArgs(c, fs, args); err != nil {
 		return nil, err
 	}
-	if len(pos) > 0 {
-		return nil, usagef("unexpected argument %q", pos[0])
-	}
 	return e.session()
+}
+
+// parseNoArgs parses the flags of a command that takes no arguments: a
+// positional one is a usage error, not silently ignored.
+func (e *env) parseNoArgs(c *command, fs *flag.FlagSet, args []string) error {
+	pos, err := e.parse(c, fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q", pos[0])
+	}
+	return nil
 }
 
 // flagSet reports whether the user gave the named flag, as opposed to

@@ -100,7 +100,7 @@ func runSchedulerCmd(ctx context.Context, e *env, args []string) error {
 	fs.DurationVar(&o.core.UnplaceableAfter, "unplaceable-after", time.Minute, "how long a job wider than every live host waits before it fails")
 	fs.DurationVar(&o.core.LostAfter, "lost-after", 30*time.Second, "how long an attempt's host may be silent before it is declared lost")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	if _, err := e.parse(c, fs, args); err != nil {
+	if err := e.parseNoArgs(c, fs, args); err != nil {
 		return err
 	}
 	log, err := newLogger(*level)
@@ -179,7 +179,7 @@ func runWorkerCmd(ctx context.Context, e *env, args []string) error {
 	fs.DurationVar(&o.drain, "drain", 5*time.Minute, "on SIGTERM, how long running jobs may finish before they are stopped")
 	fs.Int64Var(&o.maxUsed, "max-used-mib", 1024, "memory a GPU may have in use and still count as free")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	if _, err := e.parse(c, fs, args); err != nil {
+	if err := e.parseNoArgs(c, fs, args); err != nil {
 		return err
 	}
 	if err := subjects.CheckToken("host", o.host); err != nil {
