@@ -68,30 +68,18 @@ func runAccount(ctx context.Context, e *env, args []string) error {
 		return usagef("want a subcommand: create, grant, limits, refill, weight, show or list")
 	}
 	sub, rest := pos[0], pos[1:]
-	s, err := e.session()
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	if sub == "list" {
-		return accountList(ctx, e, s)
-	}
-	if len(rest) == 0 {
-		return usagef("account %s: want the account name", sub)
-	}
-	name := rest[0]
-	if sub == "show" {
-		a, err := s.c.Account(ctx, name)
-		if errors.Is(err, client.ErrNotFound) {
-			return fmt.Errorf("no account %s; create it with gpuq account create %s --balance N", name, name)
+	// Every argument is checked before connecting, so a mistake is a usage
+	// error even when no server is reachable.
+	var name string
+	if sub != "list" {
+		if len(rest) == 0 {
+			return usagef("account %s: want the account name", sub)
 		}
-		if err != nil {
-			return err
-		}
-		return printAccount(e, a)
+		name = rest[0]
 	}
 	op := ledger.Admin{Account: name, ID: *id}
 	switch sub {
+	case "list", "show": // they read; handled once connected
 	case "create":
 		op.Op, op.Balance = ledger.OpCreate, ledger.Credits(*balance)
 	case "grant":
@@ -118,6 +106,24 @@ func runAccount(ctx context.Context, e *env, args []string) error {
 		op.Op, op.Weight = ledger.OpWeight, w
 	default:
 		return usagef("unknown subcommand %q: want create, grant, limits, refill, weight, show or list", sub)
+	}
+	s, err := e.session()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	switch sub {
+	case "list":
+		return accountList(ctx, e, s)
+	case "show":
+		a, err := s.c.Account(ctx, name)
+		if errors.Is(err, client.ErrNotFound) {
+			return fmt.Errorf("no account %s; create it with gpuq account create %s --balance N", name, name)
+		}
+		if err != nil {
+			return err
+		}
+		return printAccount(e, a)
 	}
 	if op.ID == "" {
 		op.ID = newID(string(op.Op))
