@@ -133,27 +133,15 @@ func (c *Client) Cancel(ctx context.Context, account, job string) (wire.JobEvent
 }
 
 func (c *Client) jobCommand(ctx context.Context, msg wire.Message, account, job string) (wire.JobEvent, error) {
-	ctx, cancel := c.ctx(ctx)
-	defer cancel()
-	seq, subject, data, err := c.ask(ctx, msg, c.n.AccountEvents(account), c.n.JobEvent(account, job), c.n.InvalidEvent(account))
+	seq, data, err := c.accountAnswer(ctx, msg, account, c.n.JobEvent(account, job))
 	if err != nil {
 		return wire.JobEvent{}, err
-	}
-	if subject == c.n.InvalidEvent(account) {
-		ev, err := wire.DecodeInvalidEvent(data)
-		if err != nil {
-			return wire.JobEvent{}, err
-		}
-		return wire.JobEvent{}, &RejectedError{Seq: seq, Reason: ev.Reason, Message: ev.Message}
 	}
 	ev, err := wire.DecodeJobEvent(data)
 	if err != nil {
 		return wire.JobEvent{}, err
 	}
-	if ev.Type == ledger.EventRejected {
-		return ev, &RejectedError{Seq: seq, Reason: ev.Reason, Message: ev.Message}
-	}
-	return ev, nil
+	return ev, rejection(seq, ev.Type, ev.Reason, ev.Message)
 }
 
 // Admin publishes an account administration command and waits for its
@@ -163,27 +151,46 @@ func (c *Client) Admin(ctx context.Context, a ledger.Admin) (wire.AccountEvent, 
 	if err != nil {
 		return wire.AccountEvent{}, fmt.Errorf("%s %s: %w", a.Op, a.ID, err)
 	}
-	ctx, cancel := c.ctx(ctx)
-	defer cancel()
-	seq, subject, data, err := c.ask(ctx, msg, c.n.AccountEvents(a.Account), c.n.AccountEvent(a.Account), c.n.InvalidEvent(a.Account))
+	seq, data, err := c.accountAnswer(ctx, msg, a.Account, c.n.AccountEvent(a.Account))
 	if err != nil {
 		return wire.AccountEvent{}, err
-	}
-	if subject == c.n.InvalidEvent(a.Account) {
-		ev, err := wire.DecodeInvalidEvent(data)
-		if err != nil {
-			return wire.AccountEvent{}, err
-		}
-		return wire.AccountEvent{}, &RejectedError{Seq: seq, Reason: ev.Reason, Message: ev.Message}
 	}
 	ev, err := wire.DecodeAccountEvent(data)
 	if err != nil {
 		return wire.AccountEvent{}, err
 	}
-	if ev.Type == ledger.EventRejected {
-		return ev, &RejectedError{Seq: seq, Reason: ev.Reason, Message: ev.Message}
+	return ev, rejection(seq, ev.Type, ev.Reason, ev.Message)
+}
+
+// accountAnswer publishes msg, a command of account, and waits for its
+// answer on want or on the account's invalid-event subject. It returns the
+// command's sequence and the answer's body, still to decode; an
+// invalid-event answer is returned as a *RejectedError.
+func (c *Client) accountAnswer(ctx context.Context, msg wire.Message, account, want string) (uint64, []byte, error) {
+	ctx, cancel := c.ctx(ctx)
+	defer cancel()
+	invalid := c.n.InvalidEvent(account)
+	seq, subject, data, err := c.ask(ctx, msg, c.n.AccountEvents(account), want, invalid)
+	if err != nil {
+		return 0, nil, err
 	}
-	return ev, nil
+	if subject == invalid {
+		ev, err := wire.DecodeInvalidEvent(data)
+		if err != nil {
+			return 0, nil, err
+		}
+		return 0, nil, &RejectedError{Seq: seq, Reason: ev.Reason, Message: ev.Message}
+	}
+	return seq, data, nil
+}
+
+// rejection returns a *RejectedError for an answer of type rejected to
+// the command at seq, and nil for any other answer.
+func rejection(seq uint64, typ ledger.EventType, reason ledger.Reason, msg string) error {
+	if typ != ledger.EventRejected {
+		return nil
+	}
+	return &RejectedError{Seq: seq, Reason: reason, Message: msg}
 }
 
 // SetPricing publishes a price table for metered jobs and waits for the
@@ -203,10 +210,7 @@ func (c *Client) SetPricing(ctx context.Context, p ledger.SetPricing) (wire.Conf
 	if err != nil {
 		return wire.ConfigEvent{}, err
 	}
-	if ev.Type == ledger.EventRejected {
-		return ev, &RejectedError{Seq: seq, Reason: ev.Reason, Message: ev.Message}
-	}
-	return ev, nil
+	return ev, rejection(seq, ev.Type, ev.Reason, ev.Message)
 }
 
 // Pricing reads the price table of metered jobs; nil when none is set.
@@ -287,7 +291,7 @@ func (c *Client) open(ctx context.Context, filter string, from jetstream.Deliver
 	return it, nil
 }
 
-// each delivers it's messages to fn until fn says stop, fn fails or ctx
+// each delivers its messages to fn until fn says stop, fn fails or ctx
 // ends.
 func (c *Client) each(ctx context.Context, it jetstream.MessagesContext, filter string, fn func(jetstream.Msg) (bool, error)) error {
 	stop := context.AfterFunc(ctx, it.Stop)
