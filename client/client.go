@@ -52,7 +52,6 @@ func (e *RejectedError) Error() string {
 
 // Client talks to one gpuq installation.
 type Client struct {
-	nc      *nats.Conn
 	js      jetstream.JetStream
 	n       subjects.Names
 	timeout time.Duration
@@ -89,7 +88,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{nc: nc, js: js, n: subjects.Default, timeout: 30 * time.Second}
+	c := &Client{js: js, n: subjects.Default, timeout: 30 * time.Second}
 	for _, o := range opts {
 		if err := o(c); err != nil {
 			return nil, err
