@@ -3,9 +3,9 @@
 // watch a job's events until it ends.
 //
 // Every call publishes to, or reads from, JetStream over the *nats.Conn the
-// caller provides; the client holds no state of its own, so it is safe for
-// concurrent use. Programs in other languages use the wire contract
-// (docs/wire.md) directly.
+// caller provides; the client keeps no state of its own beyond a handle on
+// the ledger bucket, and is safe for concurrent use. Programs in other
+// languages use the wire contract (docs/wire.md) directly.
 //
 //	c, _ := client.New(nc)
 //	ev, err := c.Submit(ctx, ledger.Submit{Account: "vision", ID: "train-42", GPUs: 2, Cost: 120,
@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -55,6 +56,9 @@ type Client struct {
 	js      jetstream.JetStream
 	n       subjects.Names
 	timeout time.Duration
+
+	mu sync.Mutex
+	kv jetstream.KeyValue // the ledger bucket, once a read has opened it
 }
 
 // Option configures a [Client].
@@ -407,9 +411,9 @@ func (c *Client) Account(ctx context.Context, id string) (*ledger.Account, error
 func (c *Client) get(ctx context.Context, key string) ([]byte, error) {
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
-	kv, err := c.js.KeyValue(ctx, c.n.LedgerBucket())
+	kv, err := c.ledgerKV(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", c.n.LedgerBucket(), err)
+		return nil, err
 	}
 	e, err := kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -419,4 +423,28 @@ func (c *Client) get(ctx context.Context, key string) ([]byte, error) {
 		return nil, err
 	}
 	return e.Value(), nil
+}
+
+// ledgerKV returns the ledger bucket, opening it on first use: opening costs
+// a round trip. A failure is not kept, so a later call tries again (the
+// bucket appears when a scheduler first runs).
+func (c *Client) ledgerKV(ctx context.Context) (jetstream.KeyValue, error) {
+	c.mu.Lock()
+	kv := c.kv
+	c.mu.Unlock()
+	if kv != nil {
+		return kv, nil
+	}
+	// Opened without the lock, so concurrent first reads do not queue
+	// behind one another's round trip; any of the handles will do.
+	kv, err := c.js.KeyValue(ctx, c.n.LedgerBucket())
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", c.n.LedgerBucket(), err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.kv == nil {
+		c.kv = kv
+	}
+	return c.kv, nil
 }
