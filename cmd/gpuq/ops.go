@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"time"
@@ -89,7 +90,11 @@ func runLogs(ctx context.Context, e *env, args []string) error {
 		for m := range batch.Messages() {
 			got++
 			ch, err := wire.DecodeLogChunk(job, m.Headers().Get, m.Data())
-			if err != nil || ch.Attempt != want {
+			if err != nil {
+				fmt.Fprintf(e.stderr, "gpuq: skipping a log message: %v\n", err)
+				continue
+			}
+			if ch.Attempt != want {
 				continue
 			}
 			if e.output == "json" {
@@ -140,29 +145,41 @@ type hostView struct {
 	Devices   []wire.Device  `json:"devices"`
 }
 
-// readHosts reads every live heartbeat.
-func readHosts(ctx context.Context, s *session) ([]wire.Host, error) {
+// readHosts reads every live heartbeat, in one pass over the bucket: the
+// latest value of each key, expired and deleted ones left out. It warns on
+// warn about a heartbeat it cannot decode, and leaves that host out.
+func readHosts(ctx context.Context, s *session, warn io.Writer) ([]wire.Host, error) {
 	kv, err := s.bucket(ctx, s.n.HostsBucket())
 	if err != nil {
 		return nil, err
 	}
-	keys, err := kv.ListKeys(ctx)
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, err
 	}
-	var out []wire.Host
-	for k := range keys.Keys() {
-		e, err := kv.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue // it expired while we listed
+	defer func() { _ = w.Stop() }() // a read-only watcher; nothing is lost if stopping fails
+	// A heartbeat written while the watcher starts can come twice; the
+	// later one is the newer.
+	byKey := map[string]wire.Host{}
+read:
+	for {
+		select {
+		case e := <-w.Updates():
+			if e == nil {
+				break read // the end of the values stored when the watch began
+			}
+			h, err := wire.DecodeHost(e.Value())
+			if err != nil {
+				fmt.Fprintf(warn, "gpuq: leaving out host key %s: %v\n", e.Key(), err)
+				continue
+			}
+			byKey[e.Key()] = h
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
-		if err != nil {
-			return nil, err
-		}
-		h, err := wire.DecodeHost(e.Value())
-		if err != nil {
-			continue
-		}
+	}
+	out := make([]wire.Host, 0, len(byKey))
+	for _, h := range byKey {
 		out = append(out, h)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Host < out[j].Host })
@@ -177,7 +194,7 @@ func runHosts(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer s.close()
-	hosts, err := readHosts(ctx, s)
+	hosts, err := readHosts(ctx, s, e.stderr)
 	if err != nil {
 		return err
 	}
@@ -250,7 +267,7 @@ func runWhy(ctx context.Context, e *env, args []string) error {
 	ans := answer{Job: j.ID, State: j.State, Reason: j.Reason, Message: j.Message, Blockers: []scheduler.Blocker{}}
 	waiting := j.State == ledger.StatePending || j.State == ledger.StateHeld
 	if waiting {
-		hosts, err := readHosts(ctx, s)
+		hosts, err := readHosts(ctx, s, e.stderr)
 		if err != nil {
 			return err
 		}
