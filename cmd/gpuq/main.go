@@ -50,13 +50,19 @@ func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
 
-// exitError carries a specific exit code with its message.
+// exitError carries a specific exit code with its message; err is nil when
+// the command has printed all there is to say.
 type exitError struct {
 	code int
 	err  error
 }
 
-func (e exitError) Error() string { return e.err.Error() }
+func (e exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit %d", e.code)
+	}
+	return e.err.Error()
+}
 func (e exitError) Unwrap() error { return e.err }
 
 // env is what every command gets: its output streams and the connection
@@ -106,7 +112,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "run gpuq %s --help for usage\n", c.name)
 		return exitUsage
 	case errors.As(err, &ee):
-		if ee.err != nil && ee.err.Error() != "" {
+		if ee.err != nil {
 			fmt.Fprintf(stderr, "gpuq %s: %v\n", c.name, ee.err)
 		}
 		return ee.code
