@@ -205,8 +205,8 @@ Ctrl-C stops it; the data stays in %s.
 	return nil
 }
 
-// ensureDemoAccount creates account "demo" with 1000 credits unless any
-// account exists, and describes it.
+// ensureDemoAccount creates account "demo" with 1000 credits unless it
+// exists, and describes it.
 func ensureDemoAccount(ctx context.Context, cl *client.Client) (string, error) {
 	a, err := cl.Account(ctx, "demo")
 	if err == nil {
