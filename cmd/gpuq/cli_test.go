@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -543,7 +544,7 @@ func (d *devServer) daemon(line string) *daemon {
 // term sends SIGTERM and returns the exit code.
 func (dm *daemon) term(t *testing.T) int {
 	t.Helper()
-	if err := dm.cmd.Process.Signal(os.Interrupt); err != nil {
+	if err := dm.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
