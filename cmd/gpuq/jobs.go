@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -235,6 +236,18 @@ func loadState(ctx context.Context, s *session) (*ledger.State, error) {
 	return view.State, nil
 }
 
+// jobStates are the states a job can be in, in the order of its life.
+var jobStates = []ledger.JobState{ledger.StateHeld, ledger.StatePending, ledger.StateDispatched, ledger.StateRunning,
+	ledger.StateSucceeded, ledger.StateFailed, ledger.StateCancelled, ledger.StateRejected}
+
+func stateList() string {
+	names := make([]string, len(jobStates))
+	for i, st := range jobStates {
+		names[i] = string(st)
+	}
+	return strings.Join(names, ", ")
+}
+
 // jobRow is a job as jobs lists it.
 type jobRow struct {
 	ID        string          `json:"id"`
@@ -255,9 +268,15 @@ func runJobs(ctx context.Context, e *env, args []string) error {
 	c := find("jobs")
 	fs := e.flags(c)
 	account := fs.String("account", "", "only this account's jobs")
-	state := fs.String("state", "", "only jobs in this state: pending, dispatched, running, succeeded, failed, cancelled, rejected")
+	state := fs.String("state", "", "only jobs in this state: "+stateList())
 	limit := fs.Int("limit", 50, "at most this many, newest first (0: all)")
-	s, err := e.noArgs(c, fs, args)
+	if err := e.parseNoArgs(c, fs, args); err != nil {
+		return err
+	}
+	if *state != "" && !slices.Contains(jobStates, ledger.JobState(*state)) {
+		return usagef("--state %q: want one of %s", *state, stateList())
+	}
+	s, err := e.session()
 	if err != nil {
 		return err
 	}
