@@ -171,15 +171,12 @@ func accountList(ctx context.Context, e *env, s *session) error {
 	if err != nil {
 		return err
 	}
-	var out []accountView
+	out := []accountView{}
 	for _, a := range st.Accounts {
 		out = append(out, viewAccount(a))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	if e.output == "json" {
-		if out == nil {
-			out = []accountView{}
-		}
 		return printJSON(e.stdout, out)
 	}
 	t := newTable(e.stdout, "ACCOUNT", "BALANCE", "RESERVED", "AVAILABLE", "RUNNING", "GPUS", "WEIGHT")

@@ -76,7 +76,7 @@ func runLogs(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var chunks []wire.LogChunk
+	chunks := []wire.LogChunk{} // JSON [] when there are none
 	for {
 		wait := 500 * time.Millisecond
 		if *followFlag {
