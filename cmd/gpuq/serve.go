@@ -88,7 +88,7 @@ func startScheduler(ctx context.Context, nc *nats.Conn, n subjects.Names, o sche
 func runSchedulerCmd(ctx context.Context, e *env, args []string) error {
 	c := find("scheduler")
 	fs := e.flags(c)
-	host, _ := os.Hostname()
+	host, hostErr := os.Hostname() // the default name; needed only if --name is left out
 	o := schedulerOpts{}
 	fs.StringVar(&o.name, "name", host, "this scheduler's name in the lease and logs")
 	fs.IntVar(&o.replicas, "replicas", 1, "replicas of every stream and bucket it creates: 1, or 3 on a cluster")
@@ -102,6 +102,9 @@ func runSchedulerCmd(ctx context.Context, e *env, args []string) error {
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if err := e.parseNoArgs(c, fs, args); err != nil {
 		return err
+	}
+	if hostErr != nil && !flagSet(fs, "name") {
+		return usagef("the host name is unknown (%v): give the scheduler one with --name", hostErr)
 	}
 	log, err := newLogger(*level)
 	if err != nil {
@@ -170,7 +173,7 @@ func newWorker(ctx context.Context, nc *nats.Conn, n subjects.Names, o workerOpt
 func runWorkerCmd(ctx context.Context, e *env, args []string) error {
 	c := find("worker")
 	fs := e.flags(c)
-	host, _ := os.Hostname()
+	host, hostErr := os.Hostname() // the default host name; needed only if --host is left out
 	o := workerOpts{}
 	fs.StringVar(&o.host, "host", host, "this host's name (letters, digits, '_' and '-')")
 	fs.StringVar(&o.simulate, "simulate", "", "run on go-nvml's simulated GPUs of this model: dgxh100 or dgxh200")
@@ -181,6 +184,9 @@ func runWorkerCmd(ctx context.Context, e *env, args []string) error {
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if err := e.parseNoArgs(c, fs, args); err != nil {
 		return err
+	}
+	if hostErr != nil && !flagSet(fs, "host") {
+		return usagef("the host name is unknown (%v): give it with --host", hostErr)
 	}
 	if err := subjects.CheckToken("host", o.host); err != nil {
 		return usagef("--host: %v", err)
