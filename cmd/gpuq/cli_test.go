@@ -228,17 +228,24 @@ var tour = []string{
 	"gpuq audit",
 }
 
-func TestReadmeTour(t *testing.T) {
-	t.Parallel()
+// readmeShows fails t for each of lines that README.md no longer shows
+// verbatim.
+func readmeShows(t *testing.T, lines ...string) {
+	t.Helper()
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range tour {
+	for _, line := range lines {
 		if !strings.Contains(string(readme), line) {
 			t.Errorf("README.md no longer shows %q", line)
 		}
 	}
+}
+
+func TestReadmeTour(t *testing.T) {
+	t.Parallel()
+	readmeShows(t, tour...)
 	d := startDev(t, "")
 	outs := map[string]string{}
 	for _, line := range tour {
@@ -557,16 +564,8 @@ func (dm *daemon) term(t *testing.T) int {
 
 func TestReadmeDaemons(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	sched, work := "gpuq scheduler --name sched-2", "gpuq worker --host sim-2 --simulate dgxh100 --gpus 4"
-	for _, line := range []string{sched, work} {
-		if !strings.Contains(string(readme), line) {
-			t.Errorf("README.md no longer shows %q", line)
-		}
-	}
+	readmeShows(t, sched, work)
 	d := startDev(t, "")
 	s := d.daemon(sched)
 	w := d.daemon(work)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -42,15 +41,7 @@ var policyTour = []string{
 // long one does not, and a failed job is resubmitted as a new one.
 func TestReadmePolicy(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range policyTour {
-		if !strings.Contains(string(readme), line) {
-			t.Errorf("README.md no longer shows %q", line)
-		}
-	}
+	readmeShows(t, policyTour...)
 	d := startDev(t, "")
 	outs := map[string]string{}
 	for _, line := range policyTour {
