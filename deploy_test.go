@@ -127,6 +127,15 @@ func TestDeployConfigRoles(t *testing.T) {
 		t.Errorf("submitter reads its job: %+v, %v", j, err)
 	}
 
+	// The admin sets the price table of metered jobs.
+	prices := ledger.SetPricing{ID: "prices-1", PerGPUHour: map[string]ledger.Credits{"NVIDIA H100 80GB HBM3": 360}, Default: 100, FailurePercent: 50}
+	if ev, err := admin.SetPricing(ctx, prices); err != nil || ev.Type != ledger.EventPricingSet {
+		t.Fatalf("admin sets the price table: %+v, %v", ev, err)
+	}
+	if p, err := admin.Pricing(ctx); err != nil || p == nil || p.Default != 100 || p.PerGPUHour["NVIDIA H100 80GB HBM3"] != 360 {
+		t.Errorf("admin reads the price table: %+v, %v", p, err)
+	}
+
 	// What each role must not do.
 	short := func() context.Context {
 		c, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
@@ -138,6 +147,9 @@ func TestDeployConfigRoles(t *testing.T) {
 	}
 	if _, err := vjs.Publish(short(), n.Admin("vision"), []byte(`{"v":1}`)); err == nil {
 		t.Error("a submitter published an admin command")
+	}
+	if _, err := vjs.Publish(short(), n.Config(subjects.ConfigPricing), []byte(`{"v":1}`)); err == nil {
+		t.Error("a submitter published a price table")
 	}
 	if _, err := vision.Account(short(), "other"); err == nil || errors.Is(err, client.ErrNotFound) {
 		t.Errorf("a submitter read another account's record: %v", err)
