@@ -72,9 +72,18 @@ func TestDeployConfigRoles(t *testing.T) {
 	if err := natsbus.Setup(ctx, sjs, n, natsbus.SetupConfig{}); err != nil {
 		t.Fatalf("setup as scheduler: %v", err)
 	}
-	lkv, _ := sjs.KeyValue(ctx, n.LedgerBucket())
-	hkv, _ := sjs.KeyValue(ctx, n.HostsBucket())
-	lease, _ := natsstore.NewLease(sjs, lkv, "s", time.Second)
+	lkv, err := sjs.KeyValue(ctx, n.LedgerBucket())
+	if err != nil {
+		t.Fatalf("scheduler binds the ledger bucket: %v", err)
+	}
+	hkv, err := sjs.KeyValue(ctx, n.HostsBucket())
+	if err != nil {
+		t.Fatalf("scheduler binds the hosts bucket: %v", err)
+	}
+	lease, err := natsstore.NewLease(sjs, lkv, "s", time.Second)
+	if err != nil {
+		t.Fatalf("scheduler lease: %v", err)
+	}
 	svc, err := scheduler.New(scheduler.Config{Store: natsstore.New(sjs, lkv), Lease: lease, Log: natsbus.NewLog(sjs, n),
 		Publisher: natsbus.NewPublisher(sjs), Hosts: natsbus.NewHosts(hkv, log), Logger: log, DecideInterval: 20 * time.Millisecond})
 	if err != nil {
@@ -83,7 +92,17 @@ func TestDeployConfigRoles(t *testing.T) {
 	sctx, stopSched := context.WithCancel(ctx)
 	schedDone := make(chan error, 1)
 	go func() { schedDone <- svc.Run(sctx) }()
-	defer func() { stopSched(); <-schedDone }()
+	defer func() {
+		stopSched()
+		select {
+		case err := <-schedDone:
+			if err != nil {
+				t.Errorf("scheduler: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("the scheduler did not stop within 10s")
+		}
+	}()
 
 	// The worker of gpu-host-1, as its own user.
 	_, wjs := connect("worker-gpu-host-1", "w3")
@@ -91,7 +110,10 @@ func TestDeployConfigRoles(t *testing.T) {
 	if err != nil {
 		t.Fatalf("worker binds the hosts bucket: %v", err)
 	}
-	wb, _ := natsbus.NewWorkerBus(wjs, n, "gpu-host-1", whkv)
+	wb, err := natsbus.NewWorkerBus(wjs, n, "gpu-host-1", whkv)
+	if err != nil {
+		t.Fatalf("worker bus: %v", err)
+	}
 	gpu, err := nvmlgpu.Simulate("gpu-host-1", "dgxh100", 2)
 	if err != nil {
 		t.Fatal(err)
@@ -109,12 +131,18 @@ func TestDeployConfigRoles(t *testing.T) {
 
 	// The admin creates the account; the submitter runs a job through it.
 	anc, _ := connect("admin", "a3")
-	admin, _ := client.New(anc, client.WithTimeout(20*time.Second))
+	admin, err := client.New(anc, client.WithTimeout(20*time.Second))
+	if err != nil {
+		t.Fatalf("admin client: %v", err)
+	}
 	if _, err := admin.Admin(ctx, ledger.Admin{Account: "vision", ID: "c", Op: ledger.OpCreate, Balance: 100}); err != nil {
 		t.Fatalf("admin creates an account: %v", err)
 	}
 	vnc, vjs := connect("vision", "v3")
-	vision, _ := client.New(vnc, client.WithTimeout(20*time.Second))
+	vision, err := client.New(vnc, client.WithTimeout(20*time.Second))
+	if err != nil {
+		t.Fatalf("submitter client: %v", err)
+	}
 	acc, err := vision.Submit(ctx, ledger.Submit{Account: "vision", ID: "deployed", GPUs: 1, Cost: 30, Command: []string{"sh", "-c", "echo ok"}})
 	if err != nil {
 		t.Fatalf("submitter submits: %v", err)

@@ -49,7 +49,10 @@ func TestSubmitRunSettle(t *testing.T) {
 	}
 	var kinds []string
 	for _, m := range c.events(c.n.Journal("vision")) {
-		e, _ := wire.DecodeEntry(m.Data())
+		e, err := wire.DecodeEntry(m.Data())
+		if err != nil {
+			t.Fatalf("journal entry: %v", err)
+		}
 		kinds = append(kinds, string(e.Kind))
 	}
 	if want := []string{"grant", "reserve", "settle"}; !slices.Equal(kinds, want) {
@@ -131,7 +134,10 @@ func TestCancelPendingAndRunning(t *testing.T) {
 		t.Errorf("second cancel = %+v, %v; want the first answer", again, err)
 	}
 	// A cancel past the window reaches the fold, which ignores it.
-	msg, _ := wire.EncodeCancel(c.n, ledger.Cancel{Account: "a", Job: "waiting"})
+	msg, err := wire.EncodeCancel(c.n, ledger.Cancel{Account: "a", Job: "waiting"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	late := c.publishRaw(msg.Subject, "late-"+msg.MsgID, msg.Data)
 	if ev := c.waitEvent("a", "waiting", late.Sequence, ledger.EventIgnored); ev.Reason != ledger.ReasonAlreadyTerminal {
 		t.Errorf("late cancel = %+v", ev)
@@ -186,7 +192,10 @@ func TestSubmissionPublishedTwice(t *testing.T) {
 	if ev, err := c.c.Submit(c.ctx(), s); err != nil || ev.Seq != first.Sequence || ev.Type != ledger.EventAccepted {
 		t.Errorf("client resubmit = %+v, %v; want the original acceptance", ev, err)
 	}
-	acct, _ := c.c.Account(c.ctx(), "a")
+	acct, err := c.c.Account(c.ctx(), "a")
+	if err != nil {
+		t.Fatalf("read the account: %v", err)
+	}
 	if acct.Reserved != 40 {
 		t.Errorf("reserved %d after three publishes, want 40", acct.Reserved)
 	}
@@ -216,12 +225,18 @@ func TestReportsReplayedOrMisaddressed(t *testing.T) {
 	// The real completion, retried within the window and again after it.
 	w.finish(d, 0)
 	w.finish(d, 0)
-	msg, _ := wire.EncodeReport(c.n, ledger.Report{Type: ledger.ReportDone, Host: "h1", Job: "j", Attempt: 1, Runtime: time.Second})
+	msg, err := wire.EncodeReport(c.n, ledger.Report{Type: ledger.ReportDone, Host: "h1", Job: "j", Attempt: 1, Runtime: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	late := c.publishRaw(msg.Subject, "late-"+msg.MsgID, msg.Data)
 	if ev := c.waitEvent("a", "j", late.Sequence, ledger.EventIgnored); ev.Reason != ledger.ReasonBadState {
 		t.Errorf("replayed completion = %+v", ev)
 	}
-	acct, _ := c.c.Account(c.ctx(), "a")
+	acct, err := c.c.Account(c.ctx(), "a")
+	if err != nil {
+		t.Fatalf("read the account: %v", err)
+	}
 	if acct.Balance != 75 || acct.Reserved != 0 {
 		t.Errorf("account after replays: balance %d reserved %d, want 75, 0", acct.Balance, acct.Reserved)
 	}
@@ -287,8 +302,8 @@ func TestMalformedCommands(t *testing.T) {
 			t.Errorf("%s %s: no rejection on %s", b.subject, b.body, b.event)
 		}
 	}
-	if acct, _ := c.c.Account(c.ctx(), "a"); acct.Reserved != 1 || acct.Balance != 100 {
-		t.Errorf("account moved: %+v", acct)
+	if acct, err := c.c.Account(c.ctx(), "a"); err != nil || acct.Reserved != 1 || acct.Balance != 100 {
+		t.Errorf("account moved: %+v, %v", acct, err)
 	}
 	c.audit()
 }
@@ -362,7 +377,10 @@ func TestRestartAtEachPoint(t *testing.T) {
 			w.finish(d, 0)
 			var last uint64
 			for _, id := range []string{"j1", "j2", "j3"} {
-				msg, _ := wire.EncodeSubmit(c.n, ledger.Submit{Account: "a", ID: id, GPUs: 1, Cost: 20, Command: []string{"x"}})
+				msg, err := wire.EncodeSubmit(c.n, ledger.Submit{Account: "a", ID: id, GPUs: 1, Cost: 20, Command: []string{"x"}})
+				if err != nil {
+					t.Fatal(err)
+				}
 				last = c.publishRaw(msg.Subject, msg.MsgID, msg.Data).Sequence
 			}
 			target.Store(last)

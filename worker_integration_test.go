@@ -5,10 +5,13 @@
 package gpuq_test
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/scheduler"
@@ -57,7 +60,7 @@ func TestFailureWalltimeAndCancel(t *testing.T) {
 	slow := c.submitCmd("a", "too-slow", 1, 50, time.Second, "sh", "-c", "sleep 30")
 	stuck := c.submitCmd("a", "cancelled", 1, 50, time.Minute, "sh", "-c", "sleep 30")
 
-	if ev := c.waitFinal("a", "fails", fail.Seq); ev.Type != ledger.EventFailed || ev.Reason != ledger.ReasonExitCode || *ev.ExitCode != 3 {
+	if ev := c.waitFinal("a", "fails", fail.Seq); ev.Type != ledger.EventFailed || ev.Reason != ledger.ReasonExitCode || ev.ExitCode == nil || *ev.ExitCode != 3 {
 		t.Errorf("non-zero exit: %+v", ev)
 	}
 	if _, stderr, _ := c.logs("fails", 1); stderr != "boom\n" {
@@ -288,6 +291,8 @@ func TestDrain(t *testing.T) {
 	}
 	if _, err := c.hosts.Get(c.ctx(), "h1"); err == nil {
 		t.Error("the drained worker's heartbeat is still there")
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("read the drained worker's heartbeat: %v", err)
 	}
 	c.startWorker("h2", workerOpts{gpus: 1})
 	if ev := c.waitFinal("a", "long", long.Seq); ev.Type != ledger.EventSucceeded || ev.Host != "h2" || ev.Charged != 10 {
