@@ -80,8 +80,7 @@ type schedOpts struct {
 // the test ends.
 func (c *cluster) startScheduler(name string, o schedOpts) *sched {
 	c.t.Helper()
-	nc, js := c.srv.JetStream(c.t)
-	_ = nc
+	_, js := c.srv.JetStream(c.t)
 	ctx := context.Background()
 	lkv, err := js.KeyValue(ctx, c.n.LedgerBucket())
 	if err != nil {
@@ -122,7 +121,11 @@ func (c *cluster) startScheduler(name string, o schedOpts) *sched {
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
 	go func() { s.done <- svc.Run(ctx) }()
-	c.t.Cleanup(func() { s.stop(c.t) })
+	c.t.Cleanup(func() {
+		if err := s.stop(c.t); err != nil {
+			c.t.Errorf("scheduler %s: %v", s.name, err)
+		}
+	})
 	return s
 }
 
@@ -195,7 +198,7 @@ type orderReader struct {
 func (c *cluster) worker(host string) *orderReader {
 	c.t.Helper()
 	cons, err := c.js.CreateOrUpdateConsumer(c.ctx(), c.n.DispatchStream(), jetstream.ConsumerConfig{
-		Durable: "worker-" + host, FilterSubject: c.n.Dispatch(host), AckPolicy: jetstream.AckExplicitPolicy,
+		Durable: natsbus.ConsumerName(host), FilterSubject: c.n.Dispatch(host), AckPolicy: jetstream.AckExplicitPolicy,
 		DeliverPolicy: jetstream.DeliverAllPolicy, AckWait: 30 * time.Second, MaxDeliver: -1, MaxAckPending: 100,
 	})
 	if err != nil {
