@@ -68,7 +68,12 @@ type sched struct {
 	name    string
 	cancel  context.CancelFunc
 	done    chan error
-	leading atomic.Int32
+	leading atomic.Int32 // terms begun
+	ended   atomic.Int32 // terms ended: the service stepped down or stopped
+	// began and left get a value each time a term begins or ends, while
+	// they have room, for waitLeading and waitLeft.
+	began, left chan struct{}
+	log         *followLog
 }
 
 type schedOpts struct {
@@ -94,11 +99,13 @@ func (c *cluster) startScheduler(name string, o schedOpts) *sched {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	s := &sched{name: name, done: make(chan error, 1)}
+	s := &sched{name: name, done: make(chan error, 1), began: make(chan struct{}, 16), left: make(chan struct{}, 16),
+		log: &followLog{Log: natsbus.NewLog(js, c.n)}}
 	hooks := o.hooks
 	prev := hooks.Leading
 	hooks.Leading = func() {
 		s.leading.Add(1)
+		notify(s.began)
 		if prev != nil {
 			prev()
 		}
@@ -111,7 +118,8 @@ func (c *cluster) startScheduler(name string, o schedOpts) *sched {
 	}
 	log := slog.New(slog.NewTextHandler(tOutput{c.t, name}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	svc, err := scheduler.New(scheduler.Config{
-		Store: natsstore.New(js, lkv), Lease: lease, Log: natsbus.NewLog(js, c.n),
+		Store: natsstore.New(js, lkv), Log: s.log,
+		Lease:     &watchedLease{Lease: lease, released: func() { s.ended.Add(1); notify(s.left) }},
 		Publisher: natsbus.NewPublisher(js), Hosts: natsbus.NewHosts(hkv, log),
 		Names: c.n, Core: o.core, Logger: log, DecideInterval: 20 * time.Millisecond,
 		StepDownWait: 50 * time.Millisecond, Hooks: hooks,
@@ -131,7 +139,15 @@ func (c *cluster) startScheduler(name string, o schedOpts) *sched {
 
 // stop cancels the scheduler and waits for Run to return.
 func (s *sched) stop(t testing.TB) error {
+	t.Helper()
 	s.cancel()
+	return s.wait(t, 10*time.Second)
+}
+
+// wait waits up to d for Run to return and returns its error; once Run has
+// returned, wait returns nil at once.
+func (s *sched) wait(t testing.TB, d time.Duration) error {
+	t.Helper()
 	select {
 	case err, ok := <-s.done:
 		if ok {
@@ -139,10 +155,82 @@ func (s *sched) stop(t testing.TB) error {
 			return err
 		}
 		return nil
-	case <-time.After(10 * time.Second):
-		t.Fatalf("scheduler %s did not stop", s.name)
+	case <-time.After(d):
+		t.Fatalf("scheduler %s did not stop within %v", s.name, d)
 	}
 	return nil
+}
+
+// waitLeading waits up to d for the scheduler to begin a term not waited
+// for yet.
+func (s *sched) waitLeading(t testing.TB, d time.Duration) {
+	t.Helper()
+	select {
+	case <-s.began:
+	case <-time.After(d):
+		t.Fatalf("scheduler %s did not lead within %v", s.name, d)
+	}
+}
+
+// waitLeft waits up to d for the scheduler to end a term not waited for
+// yet, giving the lease up.
+func (s *sched) waitLeft(t testing.TB, d time.Duration) {
+	t.Helper()
+	select {
+	case <-s.left:
+	case <-time.After(d):
+		t.Fatalf("scheduler %s did not step down within %v", s.name, d)
+	}
+}
+
+// notify sends on ch unless it is full.
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// followLog is the command log, remembering the scheduler's latest follower
+// so a test can see how many entries it has received and not yet folded.
+type followLog struct {
+	scheduler.Log
+	mu  sync.Mutex
+	fol scheduler.Follower
+}
+
+func (l *followLog) Follow(ctx context.Context, after uint64) (scheduler.Follower, error) {
+	f, err := l.Log.Follow(ctx, after)
+	if err == nil {
+		l.mu.Lock()
+		l.fol = f
+		l.mu.Unlock()
+	}
+	return f, err
+}
+
+// buffered is how many entries the latest follower holds unread.
+func (l *followLog) buffered() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fol == nil {
+		return 0
+	}
+	return len(l.fol.C())
+}
+
+// watchedLease is the leader lease, calling released when the service gives
+// it up at the end of a term. The service releases the lease whenever a
+// term ends, on stepping down or on stopping, except when a test hook
+// stopped it as a crash would.
+type watchedLease struct {
+	scheduler.Lease
+	released func()
+}
+
+func (l *watchedLease) Release(ctx context.Context) error {
+	l.released() // first, so no standby can lead before the count moves
+	return l.Lease.Release(ctx)
 }
 
 // tOutput sends a scheduler's logs to the test's output, tagged with its name.

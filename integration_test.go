@@ -11,6 +11,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -352,21 +353,30 @@ func TestRestartAtEachPoint(t *testing.T) {
 			w := c.worker("h1")
 			var target atomic.Uint64
 			var fired atomic.Bool
+			crashed := make(chan struct{})
 			at := func(seq uint64) bool {
 				tg := target.Load()
-				return tg > 0 && seq >= tg && fired.CompareAndSwap(false, true)
+				if tg > 0 && seq >= tg && fired.CompareAndSwap(false, true) {
+					close(crashed)
+					return true
+				}
+				return false
 			}
 			// hold pauses the scheduler after one checkpoint, so the next
 			// commands pile up and are folded as one batch.
 			var holding atomic.Bool
 			hold := make(chan struct{})
+			release := sync.OnceFunc(func() { close(hold) })
+			heldAt := make(chan uint64, 1)
 			h := hooks(at)
-			h.Checkpointed = func(uint64) {
+			h.Checkpointed = func(seq uint64) {
 				if holding.CompareAndSwap(true, false) {
+					heldAt <- seq
 					<-hold
 				}
 			}
 			first := c.startScheduler("first", schedOpts{hooks: h})
+			t.Cleanup(release) // before the scheduler is stopped, should the test fail while it is held
 			c.createAccount("a", 1000)
 			acc := c.submit("a", "before", 1, 10, 0)
 			d := w.nextDispatch("before")
@@ -384,16 +394,26 @@ func TestRestartAtEachPoint(t *testing.T) {
 				last = c.publishRaw(msg.Subject, msg.MsgID, msg.Data).Sequence
 			}
 			target.Store(last)
-			time.Sleep(100 * time.Millisecond) // let the three reach the scheduler's buffer
-			close(hold)
+			// If the scheduler holds, release it only once every entry
+			// after the held checkpoint, through the last submission, has
+			// reached its follower, so the next fold takes them as one
+			// batch. (It may also have folded them all before the hold
+			// engaged, and crashed.)
 			select {
-			case err := <-first.done:
-				if !errors.Is(err, scheduler.ErrStopped) {
-					t.Fatalf("first scheduler returned %v, want ErrStopped", err)
+			case cp := <-heldAt:
+				want := int(int64(last) - int64(cp))
+				for deadline := time.Now().Add(10 * time.Second); first.log.buffered() < want; time.Sleep(5 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("the follower holds %d entries after checkpoint %d, want %d", first.log.buffered(), cp, want)
+					}
 				}
-				close(first.done)
+			case <-crashed:
 			case <-time.After(20 * time.Second):
 				t.Fatal("the crash point was never reached")
+			}
+			release()
+			if err := first.wait(t, 20*time.Second); !errors.Is(err, scheduler.ErrStopped) {
+				t.Fatalf("first scheduler returned %v, want ErrStopped", err)
 			}
 
 			c.startScheduler("second", schedOpts{})
@@ -489,13 +509,7 @@ func TestDeposedLeaderStepsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	s2 := c.startScheduler("s2", schedOpts{})
-	deadline := time.Now().Add(10 * time.Second)
-	for s2.leading.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("s2 never led")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	s2.waitLeading(t, 10*time.Second)
 	c.registerHost("h1", 1)
 	w := c.worker("h1")
 	acc := c.submit("a", "j", 1, 10, 0)
@@ -503,8 +517,12 @@ func TestDeposedLeaderStepsDown(t *testing.T) {
 	w.start(d)
 	w.finish(d, 0)
 	c.waitFinal("a", "j", acc.Seq)
-	if n := s1.leading.Load(); n != 1 {
-		t.Logf("s1 led %d times", n) // it may lead again after s2, but never with s2
+	// s1's renewal fails, since the key it renews has moved on: it must end
+	// its term and give the lease up.
+	s1.waitLeft(t, 10*time.Second)
+	// s1 may lead again, but only once s2 has given the lease up.
+	if n := s1.leading.Load(); n > 1 && s2.ended.Load() == 0 {
+		t.Errorf("s1 led %d times while s2 never stepped down", n)
 	}
 	st := c.waitSettled("j")
 	if a := st.Accounts["a"]; a.Balance != 990 {
