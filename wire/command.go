@@ -4,7 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/gpuq/gpuq/ledger"
@@ -435,14 +436,14 @@ func DecodePricing(data []byte) (ledger.SetPricing, error) {
 	p := ledger.SetPricing{ID: f.token("id", "op id", true), Default: ledger.Credits(f.int64("default", false)),
 		FailurePercent: f.int("failure_percent", true)}
 	if r, ok := f.raw("per_gpu_hour"); ok {
-		var m map[string]json.Number
+		var m map[string]json.RawMessage
 		if err := json.Unmarshal(r, &m); err != nil {
 			f.bad("per_gpu_hour: want an object of integer prices, got %s", preview(r))
 		}
-		for model, num := range m {
-			v, err := strconv.ParseInt(num.String(), 10, 64)
+		for _, model := range slices.Sorted(maps.Keys(m)) { // sorted: the same message every time
+			v, err := parseInt(m[model])
 			if err != nil {
-				f.bad("per_gpu_hour %q: %s is not an integer", model, num)
+				f.bad("per_gpu_hour %q: %v", model, err)
 				continue
 			}
 			if p.PerGPUHour == nil {

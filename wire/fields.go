@@ -122,19 +122,30 @@ func (f *fields) int64(name string, required bool) int64 {
 		f.missing(name, required)
 		return 0
 	}
+	n, err := parseInt(r)
+	if err != nil {
+		f.bad("%s: %v", name, err)
+	}
+	return n
+}
+
+// parseInt parses a JSON value that must be an integer literal: not a
+// string, a fraction or an exponent, and within 64 bits. Like
+// [strconv.ParseInt], it returns the nearest int64 with an out-of-range
+// error.
+func parseInt(r json.RawMessage) (int64, error) {
 	s := string(r)
 	if s == "" || s[0] != '-' && (s[0] < '0' || s[0] > '9') {
-		f.bad("%s: want an integer, got %s", name, preview(r))
-		return 0
+		return 0, fmt.Errorf("want an integer, got %s", preview(r))
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	switch {
 	case errors.Is(err, strconv.ErrRange):
-		f.bad("%s: %s is out of range", name, preview(r))
+		return n, fmt.Errorf("%s is out of range", preview(r))
 	case err != nil:
-		f.bad("%s: %s is not an integer", name, preview(r))
+		return n, fmt.Errorf("%s is not an integer", preview(r))
 	}
-	return n
+	return n, nil
 }
 
 // int reads an integer field that must fit in 32 bits, so that no platform

@@ -78,6 +78,12 @@ func TestDecodeRejectsBadInput(t *testing.T) {
 		{n.Submit("a"), `{"v":1,"id":"j","gpus":1,"cost":1,"command":["x"],"hold":"yes"}`, ledger.ReasonInvalid, "a", []string{`hold: want true or false`}},
 		{n.Config(subjects.ConfigPricing), `{"v":1,"id":"p","failure_percent":101,"per_gpu_hour":{"x":1.5}}`, ledger.ReasonInvalid, "", []string{`per_gpu_hour "x": 1.5 is not an integer`}},
 		{n.Config(subjects.ConfigPricing), `{"v":1,"id":"p","failure_percent":101}`, ledger.ReasonInvalid, "", []string{"failure_percent 101"}},
+		// Prices are JSON integers, as every other integer field is.
+		{n.Config(subjects.ConfigPricing), `{"v":1,"id":"p","per_gpu_hour":{"x":"360"},"failure_percent":50}`, ledger.ReasonInvalid, "", []string{`per_gpu_hour "x": want an integer, got "360"`}},
+		{n.Config(subjects.ConfigPricing), `{"v":1,"id":"p","per_gpu_hour":{"x":null},"failure_percent":50}`, ledger.ReasonInvalid, "", []string{`per_gpu_hour "x": want an integer, got null`}},
+		{n.Config(subjects.ConfigPricing), `{"v":1,"id":"p","per_gpu_hour":{"x":99999999999999999999},"failure_percent":50}`, ledger.ReasonInvalid, "", []string{`per_gpu_hour "x": 99999999999999999999 is out of range`}},
+		{n.Config(subjects.ConfigPricing), `{"v":1,"id":"p","failure_percent":"50"}`, ledger.ReasonInvalid, "", []string{`failure_percent: want an integer, got "50"`}},
+		{n.Config(subjects.ConfigPricing), `{"v":1,"id":"p","per_gpu_hour":[360],"failure_percent":50}`, ledger.ReasonInvalid, "", []string{"per_gpu_hour: want an object of integer prices"}},
 		{"gpuq.cmd.config.colours", `{"v":1}`, ledger.ReasonInvalid, "", []string{"unknown configuration"}},
 		{n.Submit("a"), `{"v":1,"id":"a.b","gpus":1,"cost":1,"command":["x"]}`, ledger.ReasonInvalid, "a", []string{`job id "a.b" has '.'`}},
 		{n.Submit("a"), `{"v":1,"id":"j","gpus":1,"cost":-3,"command":["x"]}`, ledger.ReasonInvalid, "a", []string{"cost -3 is negative"}},
