@@ -413,7 +413,7 @@ func EncodeAdmit(n subjects.Names, a ledger.Admit, due time.Time) (Message, erro
 	if err := subjects.CheckToken("account", a.Account); err != nil {
 		return Message{}, err
 	}
-	return encode(n.Sched(subjects.SchedAdmit), fmt.Sprintf("admit.%s.%d", a.Account, due.UnixNano()), struct {
+	return encode(n.Sched(subjects.SchedAdmit), AdmitMsgID(a.Account, due), struct {
 		V       int    `json:"v"`
 		Account string `json:"account"`
 	}{Version, a.Account})
@@ -466,7 +466,7 @@ func EncodePricing(n subjects.Names, p ledger.SetPricing) (Message, error) {
 	if err := errors.Join(subjects.CheckToken("op id", p.ID), p.Validate()); err != nil {
 		return Message{}, err
 	}
-	return encode(n.Config(subjects.ConfigPricing), "config.pricing."+p.ID, pricingBody{V: Version, ID: p.ID,
+	return encode(n.Config(subjects.ConfigPricing), PricingMsgID(p.ID), pricingBody{V: Version, ID: p.ID,
 		PerGPUHour: p.PerGPUHour, Default: p.Default, FailurePercent: p.FailurePercent})
 }
 
@@ -509,3 +509,12 @@ func UnplaceableMsgID(job string) string { return "unplaceable." + job }
 
 // LostMsgID is the id of the scheduler's decision that an attempt is lost.
 func LostMsgID(job string, attempt int) string { return fmt.Sprintf("lost.%s.%d", job, attempt) }
+
+// AdmitMsgID is the id of the scheduler's decision to admit account's held
+// jobs at the moment due, so two decisions for the same moment are one.
+func AdmitMsgID(account string, due time.Time) string {
+	return fmt.Sprintf("admit.%s.%d", account, due.UnixNano())
+}
+
+// PricingMsgID is the id of price table op id.
+func PricingMsgID(id string) string { return "config.pricing." + id }

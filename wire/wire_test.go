@@ -220,6 +220,7 @@ func TestMsgIDsDoNotCollideAcrossKinds(t *testing.T) {
 	ids := []string{
 		wire.SubmitMsgID("a", "x"), wire.CancelMsgID("a", "x"), wire.AdminMsgID("a", "x"),
 		wire.ReportMsgID("x", "x", 1, ledger.ReportDone), wire.DispatchMsgID("x", 1), wire.LostMsgID("x", 1), wire.UnplaceableMsgID("x"),
+		wire.AdmitMsgID("x", time.Unix(0, 1)), wire.PricingMsgID("x"),
 		wire.SubmitMsgID("b", "x"),
 	}
 	seen := map[string]bool{}
@@ -228,6 +229,35 @@ func TestMsgIDsDoNotCollideAcrossKinds(t *testing.T) {
 			t.Errorf("msg id %q is used by two kinds", id)
 		}
 		seen[id] = true
+	}
+}
+
+// TestCommandMsgIDs pins the de-duplication id each encoder gives its
+// message: a changed id would let a retry across an upgrade be stored twice.
+func TestCommandMsgIDs(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		cmd  ledger.Command
+		want string
+	}{
+		{ledger.Admit{Account: "vision"}, "admit.vision.42"},
+		{ledger.SetPricing{ID: "prices-1", Default: 1, FailurePercent: 50}, "config.pricing.prices-1"},
+		{ledger.Cancel{Account: "vision", Job: "j"}, "cancel.vision.j"},
+		{ledger.Dispatch{Job: "j", Attempt: 2, Host: "h"}, "dispatch.j.2"},
+		{ledger.Unplaceable{Job: "j", Message: "too wide"}, "unplaceable.j"},
+		{ledger.Lost{Job: "j", Attempt: 2, Reason: "heartbeat expired"}, "lost.j.2"},
+		{ledger.Admin{Account: "vision", ID: "op", Op: ledger.OpGrant, Amount: 5}, "admin.vision.op"},
+		{ledger.Report{Type: ledger.ReportDone, Host: "h", Job: "j", Attempt: 2}, "report.h.j.2.done"},
+		{ledger.Submit{Account: "vision", ID: "j", GPUs: 1, Command: []string{"x"}}, "submit.vision.j"},
+	} {
+		msg, err := encodeCommand(tt.cmd)
+		if err != nil {
+			t.Errorf("encode %+v: %v", tt.cmd, err)
+			continue
+		}
+		if msg.MsgID != tt.want {
+			t.Errorf("encode %T: msg id %q, want %q", tt.cmd, msg.MsgID, tt.want)
+		}
 	}
 }
 
