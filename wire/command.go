@@ -74,8 +74,9 @@ func DecodeCommand(n subjects.Names, subject string, data []byte) (ledger.Comman
 			return DecodeUnplaceable(data)
 		case subjects.SchedAdmit:
 			return DecodeAdmit(data)
+		case subjects.SchedLost:
+			return DecodeLost(data)
 		}
-		return DecodeLost(data)
 	case subjects.KindConfig:
 		return DecodePricing(data)
 	}
@@ -168,11 +169,8 @@ func DecodeCancel(account string, data []byte) (ledger.Cancel, error) {
 	if err := checkAccount(f, account); err != nil {
 		return ledger.Cancel{}, &DecodeError{Account: account, Job: c.Job, Reason: ledger.ReasonAccountMismatch, Err: err}
 	}
-	if err := f.err(); err != nil {
-		return ledger.Cancel{}, decodeError(account, c.Job, "cancel", err)
-	}
-	if err := c.Validate(); err != nil {
-		return ledger.Cancel{}, decodeError(account, c.Job, "cancel", err)
+	if err := f.done(account, c.Job, "cancel", c); err != nil {
+		return ledger.Cancel{}, err
 	}
 	return c, nil
 }
@@ -210,11 +208,8 @@ func DecodeAdmin(account string, data []byte) (ledger.Admin, error) {
 	if err := checkAccount(f, account); err != nil {
 		return ledger.Admin{}, &DecodeError{Account: account, Reason: ledger.ReasonAccountMismatch, Err: err}
 	}
-	if err := f.err(); err != nil {
-		return ledger.Admin{}, decodeError(account, "", "admin command", err)
-	}
-	if err := a.Validate(); err != nil {
-		return ledger.Admin{}, decodeError(account, "", "admin command", err)
+	if err := f.done(account, "", "admin command", a); err != nil {
+		return ledger.Admin{}, err
 	}
 	return a, nil
 }
@@ -272,11 +267,8 @@ func DecodeReport(host string, data []byte) (ledger.Report, error) {
 	if named := f.str("host", false); named != "" && named != host {
 		f.bad("the body names host %q but was sent on the subject of host %q", named, host)
 	}
-	if err := f.err(); err != nil {
-		return ledger.Report{}, decodeError("", r.Job, "report from "+host, err)
-	}
-	if err := r.Validate(); err != nil {
-		return ledger.Report{}, decodeError("", r.Job, "report from "+host, err)
+	if err := f.done("", r.Job, "report from "+host, r); err != nil {
+		return ledger.Report{}, err
 	}
 	return r, nil
 }
@@ -314,11 +306,8 @@ func DecodeDispatch(data []byte) (ledger.Dispatch, error) {
 		return ledger.Dispatch{}, decodeError("", "", "dispatch decision", err)
 	}
 	d := ledger.Dispatch{Job: f.token("job", "job id", true), Attempt: f.int("attempt", true), Host: f.token("host", "host", true)}
-	if err := f.err(); err != nil {
-		return ledger.Dispatch{}, decodeError("", d.Job, "dispatch decision", err)
-	}
-	if err := d.Validate(); err != nil {
-		return ledger.Dispatch{}, decodeError("", d.Job, "dispatch decision", err)
+	if err := f.done("", d.Job, "dispatch decision", d); err != nil {
+		return ledger.Dispatch{}, err
 	}
 	return d, nil
 }
@@ -343,11 +332,8 @@ func DecodeLost(data []byte) (ledger.Lost, error) {
 		return ledger.Lost{}, decodeError("", "", "lost decision", err)
 	}
 	l := ledger.Lost{Job: f.token("job", "job id", true), Attempt: f.int("attempt", true), Reason: f.str("reason", true)}
-	if err := f.err(); err != nil {
-		return ledger.Lost{}, decodeError("", l.Job, "lost decision", err)
-	}
-	if err := l.Validate(); err != nil {
-		return ledger.Lost{}, decodeError("", l.Job, "lost decision", err)
+	if err := f.done("", l.Job, "lost decision", l); err != nil {
+		return ledger.Lost{}, err
 	}
 	return l, nil
 }
@@ -372,11 +358,8 @@ func DecodeUnplaceable(data []byte) (ledger.Unplaceable, error) {
 		return ledger.Unplaceable{}, decodeError("", "", "unplaceable decision", err)
 	}
 	u := ledger.Unplaceable{Job: f.token("job", "job id", true), Message: f.str("message", true)}
-	if err := f.err(); err != nil {
-		return ledger.Unplaceable{}, decodeError("", u.Job, "unplaceable decision", err)
-	}
-	if err := u.Validate(); err != nil {
-		return ledger.Unplaceable{}, decodeError("", u.Job, "unplaceable decision", err)
+	if err := f.done("", u.Job, "unplaceable decision", u); err != nil {
+		return ledger.Unplaceable{}, err
 	}
 	return u, nil
 }
@@ -400,8 +383,8 @@ func DecodeAdmit(data []byte) (ledger.Admit, error) {
 		return ledger.Admit{}, decodeError("", "", "admit decision", err)
 	}
 	a := ledger.Admit{Account: f.token("account", "account", true)}
-	if err := f.err(); err != nil {
-		return ledger.Admit{}, decodeError("", "", "admit decision", err)
+	if err := f.done("", "", "admit decision", a); err != nil {
+		return ledger.Admit{}, err
 	}
 	return a, nil
 }
@@ -452,11 +435,8 @@ func DecodePricing(data []byte) (ledger.SetPricing, error) {
 			p.PerGPUHour[model] = ledger.Credits(v)
 		}
 	}
-	if err := f.err(); err != nil {
-		return ledger.SetPricing{}, decodeError("", "", "price table", err)
-	}
-	if err := p.Validate(); err != nil {
-		return ledger.SetPricing{}, decodeError("", "", "price table", err)
+	if err := f.done("", "", "price table", p); err != nil {
+		return ledger.SetPricing{}, err
 	}
 	return p, nil
 }

@@ -298,7 +298,7 @@ func DecodeOrder(host string, data []byte) (ledger.Effect, uint64, error) {
 	typ := f.str("type", true)
 	seq := f.int64("seq", false)
 	job, account, attempt := f.token("job", "job id", true), f.token("account", "account", true), f.int("attempt", true)
-	if attempt < 1 && f.err() == nil {
+	if attempt < 1 && len(f.errs) == 0 {
 		f.bad("attempt %d is not ≥ 1", attempt)
 	}
 	switch typ {

@@ -67,6 +67,19 @@ func (f *fields) bad(format string, args ...any) {
 	f.errs = append(f.errs, fmt.Errorf(format, args...))
 }
 
+// done returns what the decoder of what (a command from account, about
+// job) found wrong: first every field problem, then, if there were none,
+// what v's Validate method says, each as a [*DecodeError].
+func (f *fields) done(account, job, what string, v interface{ Validate() error }) error {
+	if err := f.err(); err != nil {
+		return decodeError(account, job, what, err)
+	}
+	if err := v.Validate(); err != nil {
+		return decodeError(account, job, what, err)
+	}
+	return nil
+}
+
 // err returns every problem found, joined with "; ", or nil.
 func (f *fields) err() error {
 	if len(f.errs) == 0 {
