@@ -5,7 +5,6 @@ package scheduler_test
 
 import (
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -326,6 +325,21 @@ func TestLostWhenMissingFromHeartbeat(t *testing.T) {
 	}
 }
 
+// beat is a heartbeat of host running attempt 1 of job running, whose
+// devices h-0, h-1, … are held by attempt 1 of the jobs named in holders
+// ("" for a free one).
+func beat(host, running string, holders ...string) wire.Host {
+	hb := wire.Host{Host: host, Running: []wire.Running{{Job: running, Attempt: 1}}}
+	for i, job := range holders {
+		d := wire.Device{UUID: fmt.Sprintf("%s-%d", host, i), Healthy: true, Job: job}
+		if job != "" {
+			d.Attempt = 1
+		}
+		hb.Devices = append(hb.Devices, d)
+	}
+	return hb
+}
+
 // TestShadowDespiteStrayGPUs: a heartbeat sent just before a job ended
 // still shows its GPUs held. The wide job at the head of the queue keeps
 // its backfill reservation all the same, and a long job is not started
@@ -339,11 +353,7 @@ func TestShadowDespiteStrayGPUs(t *testing.T) {
 	h.decide()
 	h.apply(ledger.Report{Type: ledger.ReportStarted, Host: "h", Job: "run", Attempt: 1, Devices: []string{"h-0", "h-1"}})
 	// The heartbeat lists run and an attempt the ledger has already ended.
-	hb := wire.Host{Host: "h", Running: []wire.Running{{Job: "run", Attempt: 1}}}
-	for i, job := range []string{"run", "run", "ended", "ended"} {
-		hb.Devices = append(hb.Devices, wire.Device{UUID: fmt.Sprintf("h-%d", i), Healthy: true, Job: job, Attempt: 1})
-	}
-	h.core.SetHost(hb, h.l.Now)
+	h.core.SetHost(beat("h", "run", "run", "run", "ended", "ended"), h.l.Now)
 	h.apply(ledger.Submit{Account: "a", ID: "wide", GPUs: 4, Cost: 1, Command: []string{"x"}, Walltime: time.Hour})
 	h.apply(ledger.Submit{Account: "a", ID: "long", GPUs: 2, Cost: 1, Command: []string{"x"}, Walltime: 3 * time.Hour})
 	if got := dispatches(h.decide()); len(got) != 0 {
@@ -355,11 +365,7 @@ func TestShadowDespiteStrayGPUs(t *testing.T) {
 	}
 	// The stale heartbeat is replaced: two GPUs are free, and long, which
 	// would run past the reservation, still waits.
-	fresh := wire.Host{Host: "h", Running: hb.Running, Devices: slices.Clone(hb.Devices)}
-	for i := 2; i < 4; i++ {
-		fresh.Devices[i].Job, fresh.Devices[i].Attempt = "", 0
-	}
-	h.core.SetHost(fresh, h.l.Now)
+	h.core.SetHost(beat("h", "run", "run", "run", "", ""), h.l.Now)
 	if got := dispatches(h.decide()); got["long"] != "" {
 		t.Errorf("long started into wide's reservation: %v", got)
 	}
@@ -378,15 +384,7 @@ func TestBackfillSpareLeavesStrayGPUs(t *testing.T) {
 	h.apply(ledger.Report{Type: ledger.ReportStarted, Host: "h", Job: "run", Attempt: 1, Devices: []string{"h-0", "h-1", "h-2", "h-3"}})
 	// The heartbeat lists run and an attempt the ledger has already ended
 	// on two more GPUs: two are free.
-	hb := wire.Host{Host: "h", Running: []wire.Running{{Job: "run", Attempt: 1}}}
-	for i, job := range []string{"run", "run", "run", "run", "ended", "ended", "", ""} {
-		d := wire.Device{UUID: fmt.Sprintf("h-%d", i), Healthy: true, Job: job}
-		if job != "" {
-			d.Attempt = 1
-		}
-		hb.Devices = append(hb.Devices, d)
-	}
-	h.core.SetHost(hb, h.l.Now)
+	h.core.SetHost(beat("h", "run", "run", "run", "run", "run", "ended", "ended", "", ""), h.l.Now)
 	h.apply(ledger.Submit{Account: "a", ID: "wide", GPUs: 6, Cost: 1, Command: []string{"x"}, Walltime: time.Hour})
 	h.apply(ledger.Submit{Account: "a", ID: "long", GPUs: 2, Cost: 1, Command: []string{"x"}, Walltime: 3 * time.Hour})
 	if got := dispatches(h.decide()); got["long"] != "" {

@@ -128,6 +128,19 @@ func TestLoadFailsWhenHistoryIsTooShort(t *testing.T) {
 	t.Parallel()
 	js, kv := setup(t, natsbus.SetupConfig{LedgerHistory: 2})
 	ctx := context.Background()
+	twoVersionsPastCheckpoint(t, js, kv)
+	_, err := natsstore.New(js, kv).Load(ctx)
+	if err == nil || !strings.Contains(err.Error(), "raise the bucket's history") {
+		t.Errorf("Load = %v, want it to say the history is too short", err)
+	}
+}
+
+// twoVersionsPastCheckpoint writes the account at seq 1, checkpoints there,
+// and writes it twice more: with a history of 2, its version at the
+// checkpoint is gone.
+func twoVersionsPastCheckpoint(t *testing.T, js jetstream.JetStream, kv jetstream.KeyValue) {
+	t.Helper()
+	ctx := context.Background()
 	s := natsstore.New(js, kv)
 	if _, err := s.Load(ctx); err != nil {
 		t.Fatal(err)
@@ -138,14 +151,10 @@ func TestLoadFailsWhenHistoryIsTooShort(t *testing.T) {
 	if err := s.Checkpoint(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	for seq := uint64(2); seq <= 3; seq++ { // two versions past the checkpoint
+	for seq := uint64(2); seq <= 3; seq++ {
 		if err := s.Write(ctx, []scheduler.Record{account(t, ledger.Credits(seq), seq)}); err != nil {
 			t.Fatal(err)
 		}
-	}
-	_, err := natsstore.New(js, kv).Load(ctx)
-	if err == nil || !strings.Contains(err.Error(), "raise the bucket's history") {
-		t.Errorf("Load = %v, want it to say the history is too short", err)
 	}
 }
 
@@ -164,21 +173,7 @@ func TestLoadFailsWhenStatusFails(t *testing.T) {
 	t.Parallel()
 	js, kv := setup(t, natsbus.SetupConfig{LedgerHistory: 2})
 	ctx := context.Background()
-	s := natsstore.New(js, kv)
-	if _, err := s.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Write(ctx, []scheduler.Record{account(t, 10, 1)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Checkpoint(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-	for seq := uint64(2); seq <= 3; seq++ { // two versions past the checkpoint
-		if err := s.Write(ctx, []scheduler.Record{account(t, ledger.Credits(seq), seq)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	twoVersionsPastCheckpoint(t, js, kv)
 	view, err := natsstore.New(js, statusFails{kv}).Load(ctx)
 	if err == nil || !strings.Contains(err.Error(), "status unavailable") {
 		t.Errorf("Load = %+v, %v; want the status error", view, err)
