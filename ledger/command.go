@@ -111,6 +111,11 @@ type Report struct {
 	// timeout): it is retried like a lost attempt and never charged.
 	Infra  string
 	Reason string // rejected
+	// Busy, on a rejected report, says the host refused only because the
+	// GPUs the scheduler counted free were taken when the order arrived (a
+	// race with a job ending or starting there): the attempt is requeued
+	// without spending one of the job's attempts or waiting a retry delay.
+	Busy bool
 }
 
 // Lost is the scheduler's decision that an attempt vanished (its host's
@@ -135,6 +140,7 @@ type Unplaceable struct {
 // why. Account is the account the subject named, if it named a valid one.
 type Invalid struct {
 	Account string
+	Job     string // the job id the body named, when it could be read
 	Reason  Reason
 	Message string
 }

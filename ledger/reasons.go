@@ -41,6 +41,7 @@ const (
 	ReasonCancelled      Reason = "cancelled"       // a user cancelled the job
 	ReasonLost           Reason = "lost"            // the attempt's host or process vanished
 	ReasonWorkerRejected Reason = "worker_rejected" // the worker could not start the attempt
+	ReasonHostBusy       Reason = "host_busy"       // the worker found the GPUs it was sent to taken; the attempt is not spent
 	ReasonInfrastructure Reason = "infrastructure"  // the attempt ended through no fault of the job (a GPU error, a drained worker)
 	ReasonAttemptsSpent  Reason = "attempts_exhausted"
 )

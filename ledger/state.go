@@ -75,7 +75,7 @@ func (s *State) Apply(cmd Command, seq uint64, at time.Time) Result {
 	case Admit:
 		t.admit(c)
 	case Invalid:
-		t.emit(InvalidEvent{Account: c.Account, Reason: c.Reason, Message: c.Message})
+		t.emit(InvalidEvent{Account: c.Account, Job: c.Job, Reason: c.Reason, Message: c.Message})
 	default:
 		panic(fmt.Sprintf("ledger: unknown command type %T", cmd))
 	}

@@ -45,7 +45,7 @@ func (e *DecodeError) Unwrap() error { return e.Err }
 // Command returns the [ledger.Invalid] command the fold applies in place of
 // the undecodable entry, so the sender gets a rejection event.
 func (e *DecodeError) Command() ledger.Invalid {
-	return ledger.Invalid{Account: e.Account, Reason: e.Reason, Message: e.Err.Error()}
+	return ledger.Invalid{Account: e.Account, Job: e.Job, Reason: e.Reason, Message: e.Err.Error()}
 }
 
 // DecodeCommand decodes one entry of the command stream from its subject and
@@ -263,6 +263,7 @@ func DecodeReport(host string, data []byte) (ledger.Report, error) {
 		r.Runtime = time.Duration(ms) * time.Millisecond
 	case ledger.ReportRejected:
 		r.Reason = f.str("reason", true)
+		r.Busy = f.bool("busy")
 	}
 	if named := f.str("host", false); named != "" && named != host {
 		f.bad("the body names host %q but was sent on the subject of host %q", named, host)
@@ -284,6 +285,7 @@ type reportBody struct {
 	RuntimeMS *int64            `json:"runtime_ms,omitempty"`
 	Infra     string            `json:"infra,omitempty"`
 	Reason    string            `json:"reason,omitempty"`
+	Busy      bool              `json:"busy,omitempty"`
 }
 
 // EncodeReport returns the message of worker report r.
@@ -291,7 +293,7 @@ func EncodeReport(n subjects.Names, r ledger.Report) (Message, error) {
 	if err := errors.Join(subjects.CheckToken("host", r.Host), subjects.CheckToken("job id", r.Job), r.Validate()); err != nil {
 		return Message{}, err
 	}
-	body := reportBody{V: Version, Job: r.Job, Attempt: r.Attempt, Type: r.Type, Devices: r.Devices, Model: r.Model, Reason: r.Reason, Infra: r.Infra}
+	body := reportBody{V: Version, Job: r.Job, Attempt: r.Attempt, Type: r.Type, Devices: r.Devices, Model: r.Model, Reason: r.Reason, Infra: r.Infra, Busy: r.Busy}
 	if r.Type == ledger.ReportDone {
 		ms := r.Runtime.Milliseconds()
 		body.ExitCode, body.RuntimeMS = &r.ExitCode, &ms
