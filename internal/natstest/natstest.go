@@ -5,6 +5,14 @@
 // store directory, so a test can take a server away for as long as it likes
 // and bring it back where its clients reconnect to it.
 //
+// A cluster node can go two ways. [Server.Stop] is a clean shutdown: the
+// node first hands the leadership of every stream and consumer it leads to
+// another node. [Cluster.Kill] is a crash, as SIGKILL or a lost machine is:
+// the other nodes hear nothing more from it, and elect new leaders only when
+// their election timeouts (4 to 9 seconds) run out. It works because the
+// nodes' routes pass through proxies of this package: Kill cuts every route
+// before the node shuts down, so its hand-overs reach no one.
+//
 // Ports are picked below the kernel's ephemeral range: a client that keeps
 // dialling a stopped server's port from an ephemeral port can then never
 // connect to itself and hold the port the server needs back.
@@ -12,10 +20,12 @@ package natstest
 
 import (
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,6 +51,10 @@ type Server struct {
 	opts *server.Options // what every start of this server is a copy of
 	urls []string        // what Connect dials: this server, or every node of its cluster
 	up   bool
+	// route is the proxy the other nodes of its cluster reach it through,
+	// and cluster the cluster; both nil for a single server.
+	route   *routeProxy
+	cluster *Cluster
 }
 
 // Start runs a server with JetStream on file storage under a new temporary
@@ -82,21 +96,28 @@ func (s *Server) Stop() {
 	s.Shutdown()
 	s.WaitForShutdown()
 	s.up = false
+	if s.route != nil {
+		// While the node is down its proxy refuses, as its port would:
+		// a proxy that accepted and then hung up would make the other
+		// nodes churn through routes that close at once.
+		s.route.cut()
+	}
 }
 
 // Restart stops the server if it is running and starts it again with the
 // same name, ports and store directory: its streams come back from disk,
 // and clients that kept reconnecting find it at the same URL. A cluster
-// node's restart returns once the node has caught up with the cluster's
-// metadata.
+// node's restart returns once the node is routed to the others again, the
+// routes have settled and the meta leader counts it online; its streams
+// may still be catching up (see [Cluster.WaitCurrent]).
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
 	s.Stop()
 	s.start(t)
-	if s.opts.Cluster.Port != 0 {
-		waitFor(t, "node "+s.opts.ServerName+" to catch up with the cluster's metadata", func() bool {
-			return s.JetStreamIsCurrent()
-		})
+	if s.cluster != nil {
+		s.route.open(t)
+		s.cluster.WaitMetaLeader(t)
+		s.cluster.waitRoutesSettled(t)
 	}
 }
 
@@ -123,8 +144,9 @@ func (s *Server) JetStream(t testing.TB) (*nats.Conn, jetstream.JetStream) {
 }
 
 // Cluster is a 3-node JetStream cluster, nodes n0, n1 and n2, each with its
-// own store directory, routed to one another over loopback TCP. Clients
-// connect to every node's client URL.
+// own store directory, routed to one another over loopback TCP through a
+// proxy in front of each node's route port. Clients connect to every node's
+// client URL.
 type Cluster struct {
 	Nodes []*Server
 	urls  []string
@@ -139,19 +161,25 @@ func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
 	c := &Cluster{}
 	clientPorts, routePorts := make([]int, ClusterSize), make([]int, ClusterSize)
+	proxies := make([]*routeProxy, ClusterSize)
 	var routes []*url.URL
 	for i := range ClusterSize {
 		clientPorts[i], routePorts[i] = freePort(t), freePort(t)
+		proxies[i] = &routeProxy{port: freePort(t), target: routePorts[i]}
+		proxies[i].open(t)
+		t.Cleanup(proxies[i].cut)
 		c.urls = append(c.urls, clientURL(clientPorts[i]))
-		routes = append(routes, &url.URL{Scheme: "nats-route", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(routePorts[i]))})
+		routes = append(routes, &url.URL{Scheme: "nats-route", Host: proxies[i].addr()})
 	}
 	for i := range ClusterSize {
+		// Advertising the proxy, which is also a configured route, keeps
+		// the nodes from dialling one another's route ports directly.
 		c.Nodes = append(c.Nodes, &Server{opts: &server.Options{
 			ServerName: fmt.Sprintf("n%d", i), Host: "127.0.0.1", Port: clientPorts[i],
 			JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-			Cluster: server.ClusterOpts{Name: "gpuq-test", Host: "127.0.0.1", Port: routePorts[i]},
+			Cluster: server.ClusterOpts{Name: "gpuq-test", Host: "127.0.0.1", Port: routePorts[i], Advertise: proxies[i].addr()},
 			Routes:  routes,
-		}, urls: c.urls})
+		}, urls: c.urls, route: proxies[i], cluster: c})
 	}
 	// Start all three before waiting on any: a node is ready only once its
 	// route listener is, and JetStream needs a quorum of them.
@@ -178,6 +206,7 @@ func StartCluster(t testing.TB) *Cluster {
 		}
 	}
 	c.WaitMetaLeader(t)
+	c.waitRoutesSettled(t)
 	return c
 }
 
@@ -198,17 +227,21 @@ func (c *Cluster) JetStream(t testing.TB) (*nats.Conn, jetstream.JetStream) {
 	return jetStream(t, c.urls)
 }
 
-// WaitMetaLeader waits until a running node is the JetStream meta leader
-// and every running node is current with it, and returns the leader.
+// WaitMetaLeader waits until a running node is the JetStream meta leader,
+// every running node is current with it, and the leader counts every
+// running node online (else it refuses to place replicas on the missing
+// ones), and returns the leader.
 func (c *Cluster) WaitMetaLeader(t testing.TB) *Server {
 	t.Helper()
 	var leader *Server
-	waitFor(t, "a JetStream meta leader", func() bool {
+	waitFor(t, "a JetStream meta leader that sees every running node", func() bool {
 		leader = nil
+		running := 0
 		for _, n := range c.Nodes {
 			if !n.up {
 				continue
 			}
+			running++
 			if !n.JetStreamIsCurrent() {
 				return false
 			}
@@ -216,7 +249,7 @@ func (c *Cluster) WaitMetaLeader(t testing.TB) *Server {
 				leader = n
 			}
 		}
-		return leader != nil
+		return leader != nil && len(leader.JetStreamClusterPeers()) == running
 	})
 	return leader
 }
@@ -246,20 +279,118 @@ func (c *Cluster) ConsumerLeader(t testing.TB, stream, consumer string) *Server 
 }
 
 // WaitCurrent waits until every running node is current on each stream: it
-// has a leader and the node has caught up with it.
+// has a leader, every other running node follows it, and each holds at
+// least every message the leader held when the check began. (A restarted
+// node can call itself current before it has heard what it missed.)
 func (c *Cluster) WaitCurrent(t testing.TB, streams ...string) {
 	t.Helper()
 	for _, stream := range streams {
-		c.StreamLeader(t, stream)
 		waitFor(t, "every running node to be current on "+stream, func() bool {
+			leader := c.find(func(n *Server) bool { return n.JetStreamIsStreamLeader(Account, stream) })
+			if leader == nil {
+				return false
+			}
+			want, ok := lastSeq(leader, stream)
+			if !ok {
+				return false
+			}
 			for _, n := range c.Nodes {
-				if n.up && !n.JetStreamIsStreamCurrent(Account, stream) {
+				if !n.up || n == leader {
+					continue
+				}
+				if !n.JetStreamIsStreamCurrent(Account, stream) {
+					return false
+				}
+				if got, ok := lastSeq(n, stream); !ok || got < want {
 					return false
 				}
 			}
 			return true
 		})
 	}
+}
+
+// lastSeq is the last sequence of the node's own copy of stream.
+func lastSeq(n *Server, stream string) (uint64, bool) {
+	acc, err := n.JszAccount(&server.JSzOptions{Account: Account, Streams: true})
+	if err != nil {
+		return 0, false
+	}
+	for _, sd := range acc.Streams {
+		if sd.Name == stream {
+			return sd.State.LastSeq, true
+		}
+	}
+	return 0, false
+}
+
+// Kill stops node as a crash would: first every route of the cluster is
+// cut, so nothing the node sends from then on reaches another node, in
+// particular not the hand-over of the leaderships it holds; then it shuts
+// down; then the routes between the other nodes come back (they reconnect
+// within a second or two). The other nodes elect new leaders for what the
+// node led once their election timeouts run out. [Server.Restart] brings
+// the node back.
+func (c *Cluster) Kill(t testing.TB, node *Server) {
+	t.Helper()
+	if node.cluster != c {
+		t.Fatalf("Kill: %s is not a node of this cluster", node.opts.ServerName)
+	}
+	for _, n := range c.Nodes {
+		n.route.cut()
+	}
+	node.Stop()
+	for _, n := range c.Nodes {
+		if n.up {
+			n.route.open(t)
+		}
+	}
+}
+
+// routesQuiet is how long the routes between the nodes must stay the same
+// before the cluster counts as formed: longer than the second after which
+// a node tries a route again, so the duplicates that two nodes dialling one
+// another create have been dropped. A message crossing a route while it is
+// dropped as a duplicate can be lost, and a request whose reply is lost
+// waits out its whole timeout.
+const routesQuiet = 1500 * time.Millisecond
+
+// waitRoutesSettled waits until every running node has routes to every
+// other and the set of routes has not changed for routesQuiet.
+func (c *Cluster) waitRoutesSettled(t testing.TB) {
+	t.Helper()
+	var last string
+	var since time.Time
+	waitFor(t, "the routes between the nodes to settle", func() bool {
+		var sig []string
+		for _, n := range c.Nodes {
+			if !n.up {
+				continue
+			}
+			rz, err := n.Routez(nil)
+			if err != nil {
+				return false
+			}
+			peers := map[string]bool{}
+			for _, r := range rz.Routes {
+				peers[r.RemoteName] = true
+				sig = append(sig, fmt.Sprintf("%s:%d", n.opts.ServerName, r.Rid))
+			}
+			for _, m := range c.Nodes {
+				if m != n && m.up && !peers[m.opts.ServerName] {
+					last = ""
+					return false
+				}
+			}
+		}
+		slices.Sort(sig)
+		now := strings.Join(sig, ",")
+		if now != last {
+			last, since = now, time.Now()
+			return false
+		}
+		return time.Since(since) >= routesQuiet
+	})
 }
 
 // Node returns the node named name (n0, n1 or n2).
@@ -370,4 +501,94 @@ func portRange() (lo, hi int) {
 		return 10000, eLo
 	}
 	return eHi + 1, 65535
+}
+
+// routeProxy forwards TCP connections from its port to a node's route port,
+// until cut.
+type routeProxy struct {
+	port, target int
+	mu           sync.Mutex
+	l            net.Listener      // nil while cut
+	conns        map[net.Conn]bool // both ends of every forwarded connection
+	wg           sync.WaitGroup
+}
+
+func (p *routeProxy) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port)) }
+
+// open starts accepting on the proxy's port; it does nothing if it already
+// does.
+func (p *routeProxy) open(t testing.TB) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.l != nil {
+		return
+	}
+	l, err := net.Listen("tcp", p.addr())
+	if err != nil {
+		t.Fatalf("route proxy on %s: %v", p.addr(), err)
+	}
+	p.l, p.conns = l, map[net.Conn]bool{}
+	p.wg.Go(func() { p.accept(l) })
+}
+
+func (p *routeProxy) accept(l net.Listener) {
+	for {
+		in, err := l.Accept()
+		if err != nil {
+			return // cut
+		}
+		p.wg.Go(func() { p.forward(l, in) })
+	}
+}
+
+// forward pipes in to a new connection to the target, both ways, until
+// either side closes or the proxy is cut.
+func (p *routeProxy) forward(l net.Listener, in net.Conn) {
+	out, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p.target)))
+	if err != nil {
+		_ = in.Close() // the node is down: the dialler sees the route refused
+		return
+	}
+	p.mu.Lock()
+	if p.l != l { // cut while dialling
+		p.mu.Unlock()
+		_, _ = in.Close(), out.Close()
+		return
+	}
+	p.conns[in], p.conns[out] = true, true
+	p.mu.Unlock()
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) {
+		// Copy ends, with or without an error, when either side closes or
+		// the proxy is cut: the end of a route is all it has to report.
+		_, _ = io.Copy(dst, src)
+		done <- struct{}{}
+	}
+	go pipe(out, in)
+	go pipe(in, out)
+	<-done
+	_, _ = in.Close(), out.Close()
+	<-done
+	p.mu.Lock()
+	delete(p.conns, in)
+	delete(p.conns, out)
+	p.mu.Unlock()
+}
+
+// cut stops accepting and closes every forwarded connection, and waits
+// until the proxy's goroutines have ended.
+func (p *routeProxy) cut() {
+	p.mu.Lock()
+	if p.l == nil {
+		p.mu.Unlock()
+		return
+	}
+	_ = p.l.Close() // ends accept
+	p.l = nil
+	for c := range p.conns {
+		_ = c.Close() // ends its forward
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
 }

@@ -93,3 +93,34 @@ func TestClusterSurvivesLosingStreamLeader(t *testing.T) {
 			info.State.Msgs, info.Cluster)
 	}
 }
+
+func TestClusterElectsAfterAKill(t *testing.T) {
+	t.Parallel()
+	c := natstest.StartCluster(t)
+	_, js := c.JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitCurrent(t, "S")
+	old := c.StreamLeader(t, "S")
+	killed := time.Now()
+	c.Kill(t, old)
+	next := c.StreamLeader(t, "S")
+	took := time.Since(killed)
+	t.Logf("%s led S; %s leads it %v after the kill", old.Name(), next.Name(), took.Round(time.Millisecond))
+	// A clean stop hands leadership over at once; a crash leaves the others
+	// to notice by their election timeout, which is at least 4s.
+	if took < 2*time.Second {
+		t.Errorf("a new leader after %v: the killed node handed its leadership over, as a clean stop does", took)
+	}
+	if _, err := js.Publish(ctx, "s.1", []byte("one")); err != nil {
+		t.Fatalf("publish with %s killed: %v", old.Name(), err)
+	}
+	old.Restart(t)
+	c.WaitCurrent(t, "S")
+	if !old.JetStreamIsStreamCurrent(natstest.Account, "S") {
+		t.Errorf("%s is not current on S after its restart", old.Name())
+	}
+}
