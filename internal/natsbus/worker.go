@@ -31,7 +31,8 @@ type WorkerBus struct {
 	AckWait time.Duration
 	// PullExpiry is how long one pull request for orders waits; the
 	// server heartbeats it, and two missed heartbeats (the consumer's
-	// server is gone) make the bus read its orders afresh. Defaults to 10s.
+	// server is gone) make the bus read its orders afresh. Defaults to 10s,
+	// as does a value under 1s.
 	PullExpiry time.Duration
 
 	mu     sync.Mutex
@@ -96,7 +97,11 @@ func (b *WorkerBus) readOrders(ctx context.Context, out chan<- worker.Order, los
 	if err != nil {
 		return fmt.Errorf("consumer %s on %s: %w", ConsumerName(b.host), b.n.DispatchStream(), err)
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(16), jetstream.PullExpiry(b.PullExpiry))
+	expiry := b.PullExpiry
+	if expiry < time.Second {
+		expiry = 10 * time.Second
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(16), jetstream.PullExpiry(expiry))
 	if err != nil {
 		return fmt.Errorf("read orders of %s: %w", b.host, err)
 	}
