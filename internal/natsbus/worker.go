@@ -24,7 +24,7 @@ type WorkerBus struct {
 	js    jetstream.JetStream
 	n     subjects.Names
 	host  string
-	hosts jetstream.KeyValue
+	hosts jetstream.KeyValue // nil until bound, when NewWorkerBus was given none
 	// AckWait is how long a delivered order may go unacked before it is
 	// delivered again (the worker died before its started report was
 	// stored). Defaults to 30s.
@@ -39,7 +39,9 @@ type WorkerBus struct {
 	ledger jetstream.KeyValue // bound on first use, see Job
 }
 
-// NewWorkerBus returns the bus of host. hosts is the hosts bucket.
+// NewWorkerBus returns the bus of host. hosts is the hosts bucket, or nil
+// to bind it on first use (so a worker started while the server is
+// unreachable need not bind it first).
 func NewWorkerBus(js jetstream.JetStream, n subjects.Names, host string, hosts jetstream.KeyValue) (*WorkerBus, error) {
 	if err := subjects.CheckToken("host", host); err != nil {
 		return nil, err
@@ -200,7 +202,11 @@ func (b *WorkerBus) Beat(ctx context.Context, h wire.Host, ttl time.Duration) er
 	if err != nil {
 		return err
 	}
-	m := nats.NewMsg(subjects.KVSubject(b.hosts.Bucket(), subjects.HostKey(b.host)))
+	bucket := b.n.HostsBucket()
+	if kv := b.hostsBucket(); kv != nil {
+		bucket = kv.Bucket()
+	}
+	m := nats.NewMsg(subjects.KVSubject(bucket, subjects.HostKey(b.host)))
 	m.Data = data
 	_, err = b.js.PublishMsg(ctx, m, jetstream.WithMsgTTL(ttl))
 	return err
@@ -220,9 +226,26 @@ func (b *WorkerBus) Installation(ctx context.Context) (string, error) {
 
 // Leave deletes the heartbeat key.
 func (b *WorkerBus) Leave(ctx context.Context) error {
-	err := b.hosts.Delete(ctx, subjects.HostKey(b.host))
+	kv := b.hostsBucket()
+	if kv == nil {
+		var err error
+		if kv, err = b.js.KeyValue(ctx, b.n.HostsBucket()); err != nil {
+			return fmt.Errorf("bind bucket %s: %w", b.n.HostsBucket(), err)
+		}
+		b.mu.Lock()
+		b.hosts = kv
+		b.mu.Unlock()
+	}
+	err := kv.Delete(ctx, subjects.HostKey(b.host))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil
 	}
 	return err
+}
+
+// hostsBucket is the hosts bucket, or nil if it is not bound yet.
+func (b *WorkerBus) hostsBucket() jetstream.KeyValue {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.hosts
 }

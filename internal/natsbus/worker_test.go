@@ -1,14 +1,17 @@
 // Tests of the worker's bus against a real embedded nats-server: the order
 // stream survives its consumer being deleted and the server restarting,
 // calling lost on each failure and again once it reads; job records read
-// through a restart.
+// through a restart; a worker started before its server waits for it.
 package natsbus_test
 
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 
 	"github.com/gpuq/gpuq/internal/natsbus"
 	"github.com/gpuq/gpuq/internal/natstest"
+	"github.com/gpuq/gpuq/internal/nvmlgpu"
 	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/subjects"
 	"github.com/gpuq/gpuq/wire"
@@ -235,4 +239,134 @@ func TestBusSurvivesAServerRestart(t *testing.T) {
 	}
 	order(ctx, t, js, "after")
 	receive(ctx, t, orders, "after")
+}
+
+// logWatch shows a worker's logs in the test output and closes seen the
+// first time one contains want.
+type logWatch struct {
+	t    *testing.T
+	want string
+	once sync.Once
+	seen chan struct{}
+}
+
+func (l *logWatch) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), l.want) {
+		l.once.Do(func() { close(l.seen) })
+	}
+	return l.t.Output().Write(p)
+}
+
+// TestWorkerStartedBeforeTheServer starts a worker, on a bus given no
+// hosts bucket, while its server is down: it waits, through the server
+// coming up without gpuq's streams (which it says, once), and once they
+// are set up it heartbeats; stopped, it removes its heartbeat.
+func TestWorkerStartedBeforeTheServer(t *testing.T) {
+	t.Parallel()
+	// Find a free port, then leave it free.
+	opts := &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(),
+		NoLog: true, NoSigs: true}
+	probe, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go probe.Start()
+	if !probe.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	_, port, err := net.SplitHostPort(probe.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := probe.ClientURL()
+	probe.Shutdown()
+	probe.WaitForShutdown()
+	if opts.Port, err = strconv.Atoi(port); err != nil {
+		t.Fatal(err)
+	}
+
+	nc, err := nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := subjects.Default
+	wb, err := natsbus.NewWorkerBus(js, n, "h1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu, err := nvmlgpu.Simulate("h1-"+t.Name(), "dgxh100", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = gpu.Close() }() // test teardown
+	waiting := &logWatch{t: t, want: "cannot find the orders stream", seen: make(chan struct{})}
+	w, err := worker.New(worker.Config{Host: "h1", GPU: gpu, Bus: wb, StateDir: t.TempDir(),
+		Logger:            slog.New(slog.NewTextHandler(waiting, nil)),
+		HeartbeatInterval: 100 * time.Millisecond, HeartbeatTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	select {
+	case <-waiting.seen:
+	case err := <-done:
+		t.Fatalf("the worker exited: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the worker did not say it waits for the orders stream within 20s")
+	}
+	_, ajs := (&natstest.Server{Server: ns}).JetStream(t)
+	if err := natsbus.Setup(ctx, ajs, n, natsbus.SetupConfig{}); err != nil {
+		t.Fatalf("setup: %v", err)
+	}
+	hkv, err := ajs.KeyValue(ctx, n.HostsBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := hkv.Get(ctx, "h1"); err == nil {
+			break
+		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the worker exited: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no heartbeat within 20s of the server starting")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run = %v, want nil", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the worker did not stop within 20s")
+	}
+	if _, err := hkv.Get(context.Background(), "h1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("the heartbeat after the stop: %v, want it removed", err)
+	}
 }
