@@ -49,8 +49,10 @@ type Config struct {
 	// scheduler trims them. Entries not yet applied are never trimmed.
 	// Defaults to 24h; a negative value disables trimming.
 	RetainApplied time.Duration
-	// StepDownWait is how long a scheduler that lost the lease waits before
-	// contending again. Defaults to 1s.
+	// StepDownWait is how long a scheduler whose term ended (the lease
+	// lost, a write fenced or failed) waits before contending again; it
+	// doubles after each term in a row that fails before leading for a
+	// lease TTL, up to 15s. Defaults to 1s.
 	StepDownWait time.Duration
 	// Hooks are for tests.
 	Hooks Hooks

@@ -1,6 +1,13 @@
 // Package natsstore keeps the scheduler's ledger view in a JetStream KV
 // bucket with compare-and-swap writes, and holds the leader lease in the same
 // bucket. It implements scheduler.Store and scheduler.Lease.
+//
+// Every call is bounded in time, so a server that goes away makes calls fail
+// rather than hang: a lease try lasts at most the lease's TTL (and 5s), a
+// load gives up after 10s without a value, a flush after 10s without its
+// acknowledgements. Failures no retry can mend (a bucket without per-key
+// TTLs, a closed connection) wrap scheduler.ErrMisconfigured; the scheduler
+// retries the rest.
 package natsstore
 
 import (
