@@ -315,6 +315,28 @@ type term struct {
 	// expectBy is set when the term stores decisions on the log, which the
 	// follower must then deliver: the term ends if nothing comes by then.
 	expectBy time.Time
+	// publishing and trimming are failing while their last try failed.
+	publishing, trimming spell
+}
+
+// spell remembers whether something that is retried later is failing, so
+// that a spell of failures is logged once (at warn) and its end once.
+type spell bool
+
+func (f *spell) failed(log *slog.Logger, msg string, args ...any) {
+	if *f {
+		log.Debug(msg, args...)
+		return
+	}
+	*f = true
+	log.Warn(msg, args...)
+}
+
+func (f *spell) ok(log *slog.Logger, msg string) {
+	if *f {
+		*f = false
+		log.Info(msg)
+	}
 }
 
 // logGap is a gap in the command log: entry next came after entry after.
@@ -588,12 +610,13 @@ func (t *term) decide(ctx context.Context, now time.Time) {
 		sent = append(sent, c)
 	}
 	if err := t.s.cfg.Publisher.Publish(ctx, msgs); err != nil {
-		t.s.log.Warn("publish decisions", slog.Int("decisions", len(msgs)), slog.Any("err", err))
+		t.publishing.failed(t.s.log, "cannot publish decisions; deciding again later", slog.Int("decisions", len(msgs)), slog.Any("err", err))
 		for _, c := range sent {
 			t.core.Abandon(t.state, c)
 		}
 		return
 	}
+	t.publishing.ok(t.s.log, "publishing decisions again")
 	if t.expectBy.IsZero() {
 		t.expectBy = now.Add(followStallTimeout)
 	}
@@ -612,8 +635,9 @@ func (t *term) trim(ctx context.Context, now time.Time) {
 		return
 	}
 	if err := t.s.cfg.Log.Trim(ctx, t.samples[cut].seq); err != nil {
-		t.s.log.Warn("trim the command log", slog.Any("err", err))
+		t.trimming.failed(t.s.log, "cannot trim the command log; trying again later", slog.Any("err", err))
 		return
 	}
+	t.trimming.ok(t.s.log, "trimming the command log again")
 	t.samples = append(t.samples[:0], t.samples[cut+1:]...)
 }

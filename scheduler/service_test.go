@@ -126,14 +126,22 @@ func (l *fakeLog) Follow(_ context.Context, after uint64) (scheduler.Follower, e
 
 func (l *fakeLog) Trim(context.Context, uint64) error { return nil }
 
+// fakePublisher stores what it is given, after failing its first fails
+// calls.
 type fakePublisher struct {
-	mu   sync.Mutex
-	msgs []wire.Message
+	mu    sync.Mutex
+	fails int
+	calls int
+	msgs  []wire.Message
 }
 
 func (p *fakePublisher) Publish(_ context.Context, msgs []wire.Message) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.calls++
+	if p.calls <= p.fails {
+		return errTimeout
+	}
 	p.msgs = append(p.msgs, msgs...)
 	return nil
 }
@@ -209,7 +217,10 @@ func runService(t *testing.T, s *service) {
 	if s.log == nil {
 		s.log = &fakeLog{}
 	}
-	s.pub, s.logs = &fakePublisher{}, &logRecords{}
+	if s.pub == nil {
+		s.pub = &fakePublisher{}
+	}
+	s.logs = &logRecords{}
 	s.leads, s.done = make(chan struct{}, 100), make(chan error, 1)
 	svc, err := scheduler.New(scheduler.Config{Store: s.store, Lease: s.lease, Log: s.log, Publisher: s.pub, Hosts: s.hosts,
 		Logger: slog.New(s.logs), StepDownWait: 100 * time.Millisecond,
@@ -403,19 +414,49 @@ func TestLogGap(t *testing.T) {
 	})
 }
 
+// pendingJobView is a ledger with one pending job, and hosts with room for
+// it: the first decision round dispatches it.
+func pendingJobView() *scheduler.View {
+	st := ledger.New()
+	st.Apply(ledger.Admin{Account: "a", ID: "c", Op: ledger.OpCreate, Balance: 10}, 1, time.Now())
+	st.Apply(ledger.Submit{Account: "a", ID: "j", GPUs: 1, Cost: 1, Command: []string{"x"}}, 2, time.Now())
+	return &scheduler.View{State: st, Checkpoint: 2}
+}
+
+var oneGPU = fakeHosts{hosts: []wire.Host{{Host: "h", Devices: []wire.Device{{UUID: "g", Healthy: true}}}}}
+
+// TestPublishFailuresAreLoggedOnce: a leader whose decisions cannot be
+// published keeps deciding, and says so once, and once when it can again.
+func TestPublishFailuresAreLoggedOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &service{store: &fakeStore{view: pendingJobView}, hosts: oneGPU, pub: &fakePublisher{fails: 5}}
+		runService(t, s)
+		s.waitLead(t)
+		time.Sleep(10 * time.Second) // virtual: decision rounds every DecideInterval
+		s.pub.mu.Lock()
+		calls, stored := s.pub.calls, len(s.pub.msgs)
+		s.pub.mu.Unlock()
+		if calls <= 5 || stored == 0 {
+			t.Fatalf("%d publishes, %d messages stored; want the dispatch stored after 5 failures", calls, stored)
+		}
+		if got := s.logs.count("WARN cannot publish decisions; deciding again later"); got != 1 {
+			t.Errorf("logged the publish failure %d times at warn, want once: %v", got, s.logs.all())
+		}
+		if got := s.logs.count("INFO publishing decisions again"); got != 1 {
+			t.Errorf("logged the recovery %d times, want once", got)
+		}
+		if err := s.stop(); err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	})
+}
+
 // TestStuckFollowerEndsTheTerm: a term that stored decisions on the log and
 // then hears nothing from its follower takes it for stuck, steps down, and
 // a new term follows the log afresh.
 func TestStuckFollowerEndsTheTerm(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		view := func() *scheduler.View {
-			st := ledger.New()
-			st.Apply(ledger.Admin{Account: "a", ID: "c", Op: ledger.OpCreate, Balance: 10}, 1, time.Now())
-			st.Apply(ledger.Submit{Account: "a", ID: "j", GPUs: 1, Cost: 1, Command: []string{"x"}}, 2, time.Now())
-			return &scheduler.View{State: st, Checkpoint: 2}
-		}
-		s := &service{store: &fakeStore{view: view},
-			hosts: fakeHosts{hosts: []wire.Host{{Host: "h", Devices: []wire.Device{{UUID: "g", Healthy: true}}}}}}
+		s := &service{store: &fakeStore{view: pendingJobView}, hosts: oneGPU}
 		runService(t, s)
 		s.waitLead(t)
 		s.waitLead(t) // the first term stored its dispatch; nothing came back
