@@ -302,7 +302,7 @@ func TestEncodeEffects(t *testing.T) {
 				return err
 			}},
 		{ledger.CancelOrder{Host: "h", Job: "j", Account: "a", Attempt: 2},
-			n.Dispatch("h"), "j.2.cancel", n.DispatchStream(), func(d []byte) error {
+			n.Dispatch("h"), "j.2.cancel.7", n.DispatchStream(), func(d []byte) error {
 				o, _, err := wire.DecodeOrder("h", d)
 				if err == nil && o != (ledger.CancelOrder{Host: "h", Job: "j", Account: "a", Attempt: 2}) {
 					err = errors.New("order changed: " + string(d))
