@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -27,7 +28,9 @@ func init() {
 		summary: "run a scheduler: fold the command log into the ledger and dispatch jobs",
 		usage:   "scheduler [--nats URL] [--creds FILE] [--name NAME] [--replicas 1|3]",
 		example: `  gpuq scheduler --nats nats://nats-1:4222,nats://nats-2:4222 --creds scheduler.creds --replicas 3
-  # run two or three: one leads, the others wait on the lease and take over within seconds`,
+  # run two or three: one leads, the others wait on the lease and take over within seconds
+  # later schedulers can leave --replicas out: they adopt what exists and never lower it
+  # while NATS is unreachable a scheduler waits and retries; it exits only on a signal or a configuration error`,
 		run: runSchedulerCmd,
 	})
 	register(&command{
@@ -57,20 +60,35 @@ type schedulerOpts struct {
 }
 
 // startScheduler sets up gpuq's streams and buckets and returns a scheduler
-// service ready to Run.
+// service ready to Run. While the server cannot be reached it waits (see
+// untilReachable); a configuration error, such as a --replicas that would
+// lower replication, fails at once with what to do.
 func startScheduler(ctx context.Context, nc *nats.Conn, n subjects.Names, o schedulerOpts, log *slog.Logger) (*scheduler.Service, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
-	if err := natsbus.Setup(ctx, js, n, natsbus.SetupConfig{Replicas: o.replicas}); err != nil {
-		return nil, err
+	err = untilReachable(ctx, log, "set up gpuq's streams and buckets", func(ctx context.Context) error {
+		return natsbus.Setup(ctx, js, n, natsbus.SetupConfig{Replicas: o.replicas, Logger: log})
+	})
+	var re *natsbus.ReplicasError
+	if errors.As(err, &re) {
+		return nil, fmt.Errorf("%s %s has %d replicas; --replicas %d would lower it: leave the flag out to keep %d "+
+			"(a scheduler never lowers replication; to lower it on purpose, change it on the server first, e.g. nats stream edit)",
+			re.Kind, re.Name, re.Have, re.Want, re.Have)
 	}
-	lkv, err := js.KeyValue(ctx, n.LedgerBucket())
 	if err != nil {
 		return nil, err
 	}
-	hkv, err := js.KeyValue(ctx, n.HostsBucket())
+	var lkv, hkv jetstream.KeyValue
+	err = untilReachable(ctx, log, "open the ledger and hosts buckets", func(ctx context.Context) error {
+		var err error
+		if lkv, err = js.KeyValue(ctx, n.LedgerBucket()); err != nil {
+			return err
+		}
+		hkv, err = js.KeyValue(ctx, n.HostsBucket())
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +109,8 @@ func runSchedulerCmd(ctx context.Context, e *env, args []string) error {
 	host, hostErr := os.Hostname() // the default name; needed only if --name is left out
 	o := schedulerOpts{}
 	fs.StringVar(&o.name, "name", host, "this scheduler's name in the lease and logs")
-	fs.IntVar(&o.replicas, "replicas", 1, "replicas of every stream and bucket it creates: 1, or 3 on a cluster")
+	fs.IntVar(&o.replicas, "replicas", 0, "replicas of every stream and bucket: 1, or 3 on a cluster; left out, adopt what exists "+
+		"(1 on a fresh server); a value below what exists is refused, one above raises it")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 5*time.Second, "leader lease time to live (whole seconds)")
 	fs.DurationVar(&o.core.HalfLife, "half-life", 24*time.Hour, "fair share: how fast past use fades (use this long ago counts half)")
 	fs.BoolVar(&o.core.NoBackfill, "no-backfill", false, "turn EASY backfill off")
@@ -121,6 +140,9 @@ func runSchedulerCmd(ctx context.Context, e *env, args []string) error {
 	defer nc.Close()
 	svc, err := startScheduler(ctx, nc, n, o, log)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // a signal while waiting for the server
+		}
 		return err
 	}
 	log.Info("scheduler running", slog.String("name", o.name), slog.String("nats", e.conn.url))
@@ -149,13 +171,20 @@ func openGPU(o workerOpts) (*nvmlgpu.GPU, error) {
 	return g, err
 }
 
-// newWorker builds the worker of o.host over nc.
+// newWorker builds the worker of o.host over nc. While the server cannot be
+// reached it waits for the hosts bucket (see untilReachable); a reachable
+// server without the bucket fails at once.
 func newWorker(ctx context.Context, nc *nats.Conn, n subjects.Names, o workerOpts, gpu worker.GPU, log *slog.Logger) (*worker.Worker, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
-	hkv, err := js.KeyValue(ctx, n.HostsBucket())
+	var hkv jetstream.KeyValue
+	err = untilReachable(ctx, log, "open the hosts bucket", func(ctx context.Context) error {
+		var err error
+		hkv, err = js.KeyValue(ctx, n.HostsBucket())
+		return err
+	})
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("no %s bucket on the server: start a scheduler first (it creates gpuq's streams and buckets)", n.HostsBucket())
 	}
@@ -211,6 +240,9 @@ func runWorkerCmd(ctx context.Context, e *env, args []string) error {
 	defer nc.Close()
 	w, err := newWorker(ctx, nc, n, o, gpu, log)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // a signal while waiting for the server
+		}
 		return err
 	}
 	// The first signal (ctx) drains; a second stops at once.
@@ -228,4 +260,42 @@ func runWorkerCmd(ctx context.Context, e *env, args []string) error {
 		w.Abort()
 	}()
 	return w.Run(ctx)
+}
+
+// startTryTimeout bounds one try of a start-up step, so that a request
+// buffered while the server is away is given up and tried again.
+const startTryTimeout = 5 * time.Second
+
+// untilReachable runs step until it succeeds, fails with an error that is
+// not transient (natsbus.Transient), or ctx ends. Each try has
+// startTryTimeout; between tries it waits with an exponential backoff
+// capped at 5s. It logs once that it is waiting and why, and once that the
+// server answered again; never once per try.
+func untilReachable(ctx context.Context, log *slog.Logger, what string, step func(context.Context) error) error {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
+	waiting := false
+	err := backoff.RetryNotify(func() error {
+		tctx, cancel := context.WithTimeout(ctx, startTryTimeout)
+		defer cancel()
+		err := step(tctx)
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return backoff.Permanent(ctx.Err())
+		case !natsbus.Transient(err):
+			return backoff.Permanent(err)
+		}
+		return err
+	}, backoff.WithContext(bo, ctx), func(err error, next time.Duration) {
+		if !waiting {
+			waiting = true
+			log.WarnContext(ctx, "the server cannot answer yet; retrying until it does", slog.String("step", what), slog.Any("err", err))
+		}
+	})
+	if err == nil && waiting {
+		log.InfoContext(ctx, "the server answers again", slog.String("step", what))
+	}
+	return err
 }

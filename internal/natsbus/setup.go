@@ -1,15 +1,19 @@
 // Package natsbus connects the scheduler and the worker to JetStream
-// streams: it creates the streams and buckets of the contract, follows the
-// command log in order, publishes messages with de-duplication ids and
-// watches host heartbeats.
+// streams: it creates the streams and buckets of the contract (adopting
+// their replication, never lowering it), follows the command log in order,
+// publishes messages with de-duplication ids and watches host heartbeats.
+// [Transient] tells a daemon which errors to wait out.
 package natsbus
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gpuq/gpuq/subjects"
@@ -20,7 +24,11 @@ import (
 // buckets. The zero value means defaults.
 type SetupConfig struct {
 	// Replicas is the replication factor of every stream and bucket: 1, or
-	// 3 on a cluster. Defaults to 1.
+	// 3 on a cluster. 0, the default, adopts what exists: the highest
+	// factor among gpuq's streams and buckets, to which the others are
+	// raised, or 1 where none exists yet. An explicit value raises what has
+	// fewer; Setup never lowers one that has more, and refuses with a
+	// [*ReplicasError] instead.
 	Replicas int
 	// Duplicates is every stream's de-duplication window. Defaults to 2m.
 	Duplicates time.Duration
@@ -42,14 +50,15 @@ type SetupConfig struct {
 	// jetstream.FileStorage, the default; MemoryStorage loses everything
 	// when the server stops and is for throwaway setups only.
 	Storage jetstream.StorageType
+	// Logger receives what Setup found and did: each factor it raised, and
+	// one line with the replication of every stream and bucket. Defaults
+	// to discarding them.
+	Logger *slog.Logger
 }
 
 func (cfg SetupConfig) withDefaults() (SetupConfig, error) {
-	if cfg.Replicas == 0 {
-		cfg.Replicas = 1
-	}
-	if cfg.Replicas != 1 && cfg.Replicas != 3 {
-		return cfg, fmt.Errorf("natsbus: Replicas %d must be 1 or 3", cfg.Replicas)
+	if cfg.Replicas != 0 && cfg.Replicas != 1 && cfg.Replicas != 3 {
+		return cfg, fmt.Errorf("natsbus: Replicas %d must be 1 or 3 (or 0 to adopt what exists)", cfg.Replicas)
 	}
 	if cfg.Duplicates <= 0 {
 		cfg.Duplicates = 2 * time.Minute
@@ -69,7 +78,33 @@ func (cfg SetupConfig) withDefaults() (SetupConfig, error) {
 	if cfg.LedgerHistory == 0 {
 		cfg.LedgerHistory = 5
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	return cfg, nil
+}
+
+// replicas is the factor Streams and Buckets configure: a fresh setup's 1
+// where Replicas is left to adopt.
+func (cfg SetupConfig) replicas() int {
+	if cfg.Replicas == 0 {
+		return 1
+	}
+	return cfg.Replicas
+}
+
+// ReplicasError is Setup's refusal to lower replication: SetupConfig.Replicas
+// asked for fewer replicas than a stream or bucket has.
+type ReplicasError struct {
+	Kind string // "stream" or "bucket"
+	Name string // the stream's or the bucket's name
+	Have int    // its replicas on the server
+	Want int    // SetupConfig.Replicas
+}
+
+func (e *ReplicasError) Error() string {
+	return fmt.Sprintf("%s %s has %d replicas; Replicas %d would lower it: leave Replicas at 0 to keep %d "+
+		"(Setup never lowers replication; lower it on the server first if you mean to)", e.Kind, e.Name, e.Have, e.Want, e.Have)
 }
 
 // LeaseMarkerTTL is how long the marker left by an expired lease or
@@ -77,7 +112,8 @@ func (cfg SetupConfig) withDefaults() (SetupConfig, error) {
 // server raises smaller TTLs to it on buckets with history.
 const LeaseMarkerTTL = time.Second
 
-// Streams returns the configuration of every stream of the contract.
+// Streams returns the configuration of every stream of the contract. Where
+// cfg.Replicas is 0 they carry 1, the factor of a fresh setup.
 func Streams(n subjects.Names, cfg SetupConfig) ([]jetstream.StreamConfig, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -86,7 +122,7 @@ func Streams(n subjects.Names, cfg SetupConfig) ([]jetstream.StreamConfig, error
 	base := func(name, desc string, subj []string) jetstream.StreamConfig {
 		return jetstream.StreamConfig{
 			Name: name, Description: desc, Subjects: subj,
-			Storage: cfg.Storage, Replicas: cfg.Replicas, Duplicates: cfg.Duplicates,
+			Storage: cfg.Storage, Replicas: cfg.replicas(), Duplicates: cfg.Duplicates,
 			MaxMsgSize: wire.MaxMessageBytes, MaxMsgs: -1, MaxBytes: -1, MaxMsgsPerSubject: -1,
 			Discard: jetstream.DiscardOld, Retention: jetstream.LimitsPolicy,
 		}
@@ -104,7 +140,8 @@ func Streams(n subjects.Names, cfg SetupConfig) ([]jetstream.StreamConfig, error
 	return []jetstream.StreamConfig{cmd, dispatch, events, logs}, nil
 }
 
-// Buckets returns the configuration of the ledger and hosts buckets.
+// Buckets returns the configuration of the ledger and hosts buckets. Where
+// cfg.Replicas is 0 they carry 1, the factor of a fresh setup.
 func Buckets(n subjects.Names, cfg SetupConfig) ([]jetstream.KeyValueConfig, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -113,51 +150,143 @@ func Buckets(n subjects.Names, cfg SetupConfig) ([]jetstream.KeyValueConfig, err
 	return []jetstream.KeyValueConfig{
 		{Bucket: n.LedgerBucket(), Description: "gpuq ledger: accounts, jobs, the checkpoint and the leader lease",
 			History: cfg.LedgerHistory, MaxValueSize: wire.MaxMessageBytes, Storage: cfg.Storage,
-			Replicas: cfg.Replicas, LimitMarkerTTL: LeaseMarkerTTL},
+			Replicas: cfg.replicas(), LimitMarkerTTL: LeaseMarkerTTL},
 		{Bucket: n.HostsBucket(), Description: "gpuq worker heartbeats, one key per host, each with a TTL",
 			History: 1, MaxValueSize: wire.MaxMessageBytes, Storage: cfg.Storage,
-			Replicas: cfg.Replicas, LimitMarkerTTL: LeaseMarkerTTL},
+			Replicas: cfg.replicas(), LimitMarkerTTL: LeaseMarkerTTL},
 	}, nil
 }
 
 // Setup creates gpuq's streams and buckets, or updates them to cfg. It is
 // safe to run at every start. A setting the server cannot change on an
 // existing stream fails with a message that says which and what to do.
+//
+// Every stream and bucket ends up with one replication factor, chosen as
+// [SetupConfig.Replicas] says, before anything is changed: Setup never
+// lowers replication, and returns a [*ReplicasError] when asked to. It logs
+// each factor it raises and, at the end, the replication of every stream
+// and bucket as the server reports it.
 func Setup(ctx context.Context, js jetstream.JetStream, n subjects.Names, cfg SetupConfig) error {
-	streams, err := Streams(n, cfg)
+	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return err
 	}
-	for _, want := range streams {
-		if err := ensureStream(ctx, js, want); err != nil {
-			return err
-		}
+	streams, err := Streams(n, cfg)
+	if err != nil {
+		return err
 	}
 	buckets, err := Buckets(n, cfg)
 	if err != nil {
 		return err
 	}
-	for _, want := range buckets {
-		if err := ensureBucket(ctx, js, want); err != nil {
+	var have []existing
+	for _, want := range streams {
+		e, err := lookUp(ctx, js, "stream", want.Name, want.Name)
+		if err != nil {
 			return err
 		}
+		have = append(have, e)
 	}
+	for _, want := range buckets {
+		e, err := lookUp(ctx, js, "bucket", want.Bucket, kvStream(want.Bucket))
+		if err != nil {
+			return err
+		}
+		have = append(have, e)
+	}
+	r, source, err := chooseReplicas(have, cfg.Replicas)
+	if err != nil {
+		return err
+	}
+	log := cfg.Logger.With(slog.String("component", "setup"))
+	var streamNames, bucketNames []string
+	for i, want := range streams {
+		want.Replicas = r
+		if err := ensureStream(ctx, js, have[i], want); err != nil {
+			return err
+		}
+		streamNames = append(streamNames, want.Name)
+	}
+	for i, want := range buckets {
+		want.Replicas = r
+		if err := ensureBucket(ctx, js, have[len(streams)+i], want); err != nil {
+			return err
+		}
+		bucketNames = append(bucketNames, want.Bucket)
+	}
+	// Report the replication the server holds now, not what was asked.
+	for _, e := range have {
+		now, err := lookUp(ctx, js, e.kind, e.name, e.stream)
+		if err != nil {
+			return err
+		}
+		if now.cfg == nil || now.cfg.Replicas != r {
+			return fmt.Errorf("%s %s does not have the %d replicas it was just given: %+v", e.kind, e.name, r, now.cfg)
+		}
+		if e.cfg != nil && e.cfg.Replicas < r {
+			log.InfoContext(ctx, "raised replication", slog.String(e.kind, e.name), slog.Int("from", e.cfg.Replicas), slog.Int("replicas", r))
+		}
+	}
+	log.InfoContext(ctx, "streams and buckets ready", slog.Int("replicas", r), slog.String("chosen", source),
+		slog.String("streams", strings.Join(streamNames, ",")), slog.String("buckets", strings.Join(bucketNames, ",")))
 	return nil
 }
 
-func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) error {
-	s, err := js.Stream(ctx, want.Name)
+// existing is what the server holds of one stream or bucket.
+type existing struct {
+	kind, name string
+	stream     string // the stream's name: a bucket's is KV_<bucket>
+	cfg        *jetstream.StreamConfig
+}
+
+func kvStream(bucket string) string { return "KV_" + bucket }
+
+func lookUp(ctx context.Context, js jetstream.JetStream, kind, name, stream string) (existing, error) {
+	e := existing{kind: kind, name: name, stream: stream}
+	s, err := js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return e, nil
+	}
+	if err != nil {
+		return e, fmt.Errorf("look up %s %s: %w", kind, name, err)
+	}
+	cfg := s.CachedInfo().Config
+	e.cfg = &cfg
+	return e, nil
+}
+
+// chooseReplicas returns the one factor every stream and bucket gets, and
+// how it was chosen: adopted from what exists, given, or the default for a
+// fresh setup.
+func chooseReplicas(have []existing, want int) (int, string, error) {
+	top := 0
+	for _, e := range have {
+		if e.cfg != nil {
+			top = max(top, e.cfg.Replicas)
+		}
+	}
+	switch {
+	case want == 0 && top == 0:
+		return 1, "default", nil
+	case want == 0:
+		return top, "adopted", nil
+	}
+	for _, e := range have {
+		if e.cfg != nil && e.cfg.Replicas > want {
+			return 0, "", &ReplicasError{Kind: e.kind, Name: e.name, Have: e.cfg.Replicas, Want: want}
+		}
+	}
+	return want, "given", nil
+}
+
+func ensureStream(ctx context.Context, js jetstream.JetStream, have existing, want jetstream.StreamConfig) error {
+	if have.cfg == nil {
 		if _, err := js.CreateStream(ctx, want); err != nil {
 			return fmt.Errorf("create stream %s: %w", want.Name, err)
 		}
 		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("look up stream %s: %w", want.Name, err)
-	}
-	have := s.CachedInfo().Config
-	if err := immutable(want.Name, have.Storage.String(), want.Storage.String(), have.Retention.String(), want.Retention.String()); err != nil {
+	if err := immutable(want.Name, have.cfg.Storage.String(), want.Storage.String(), have.cfg.Retention.String(), want.Retention.String()); err != nil {
 		return err
 	}
 	if _, err := js.UpdateStream(ctx, want); err != nil {
@@ -166,19 +295,17 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	return nil
 }
 
-func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig) error {
-	s, err := js.Stream(ctx, "KV_"+want.Bucket)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
+// ensureBucket creates or updates a bucket. UpdateKeyValue rebuilds the
+// bucket's whole stream configuration from want, so every setting gpuq
+// relies on must be in want.
+func ensureBucket(ctx context.Context, js jetstream.JetStream, have existing, want jetstream.KeyValueConfig) error {
+	if have.cfg == nil {
 		if _, err := js.CreateKeyValue(ctx, want); err != nil {
 			return fmt.Errorf("create bucket %s: %w", want.Bucket, err)
 		}
 		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("look up bucket %s: %w", want.Bucket, err)
-	}
-	have := s.CachedInfo().Config
-	if err := immutable("bucket "+want.Bucket, have.Storage.String(), want.Storage.String(), "", ""); err != nil {
+	if err := immutable("bucket "+want.Bucket, have.cfg.Storage.String(), want.Storage.String(), "", ""); err != nil {
 		return err
 	}
 	if _, err := js.UpdateKeyValue(ctx, want); err != nil {
@@ -197,4 +324,40 @@ func immutable(name, haveStorage, wantStorage, haveRetention, wantRetention stri
 			"drain and delete it (nats stream rm), or run gpuq with another subject prefix", name, haveRetention, wantRetention)
 	}
 	return nil
+}
+
+// Transient reports whether err is one to wait out and retry: the server
+// cannot be reached or cannot answer yet (a timeout, no responders, a
+// connection being re-established, a cluster electing a leader or missing
+// a node, JetStream temporarily unavailable). Anything else, such as a
+// [*ReplicasError] or a storage mismatch, is a configuration error that
+// retrying will not mend.
+func Transient(err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected),
+		errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, jetstream.ErrNoHeartbeat),
+		errors.Is(err, jetstream.ErrConsumerLeadershipChanged), errors.Is(err, jetstream.ErrServerShutdown):
+		return true
+	}
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case 10004, // JSClusterIncompleteErr: incomplete results
+		10005, // JSClusterNoPeersErr: no suitable peers for placement, as while a node is away
+		10008, // JSClusterNotAvailErr: JetStream system temporarily unavailable
+		10009, // JSClusterNotLeaderErr: JetStream cluster can not handle request
+		10023, // JSInsufficientResourcesErr
+		10039, // JSNotEnabledForAccountErr: also what no responders map to while JetStream starts
+		10076, // JSNotEnabledErr: likewise
+		10118, // JSStreamOfflineErr
+		10163, // JSStreamExpectedLastSeqPerSubjectNotReady
+		10202: // JSClusterServerMemberChangeInflightErr
+		return true
+	}
+	return false
 }
