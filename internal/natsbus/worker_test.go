@@ -332,7 +332,15 @@ func TestWorkerStartedBeforeTheServer(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the worker did not say it waits for the orders stream within 20s")
 	}
-	_, ajs := (&natstest.Server{Server: ns}).JetStream(t)
+	anc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anc.Close()
+	ajs, err := jetstream.New(anc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := natsbus.Setup(ctx, ajs, n, natsbus.SetupConfig{}); err != nil {
 		t.Fatalf("setup: %v", err)
 	}
