@@ -111,8 +111,15 @@ func TestFaultCampaign(t *testing.T) {
 		total += f.weight
 	}
 	end := time.Now().Add(*campaignDuration)
+	half := time.Now().Add(*campaignDuration / 2)
 	for time.Now().Before(end) {
 		k.reviveWorkers(false)
+		if time.Now().After(half) && k.counts["restart_server"] == 0 {
+			// Every run has at least one outage, whatever the seed draws.
+			k.restartServer()
+			k.counts["restart_server"]++
+			continue
+		}
 		pick := k.rng.IntN(total)
 		for _, f := range faults {
 			if pick < f.weight {
