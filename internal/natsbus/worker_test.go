@@ -8,14 +8,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -148,38 +145,8 @@ func TestOrdersSurviveADeletedConsumer(t *testing.T) {
 // orders flow again on the same channel.
 func TestBusSurvivesAServerRestart(t *testing.T) {
 	t.Parallel()
-	opts := &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(),
-		NoLog: true, NoSigs: true}
-	start := func() *server.Server {
-		t.Helper()
-		ns, err := server.NewServer(opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		go ns.Start()
-		if !ns.ReadyForConnections(10 * time.Second) {
-			t.Fatal("nats-server not ready")
-		}
-		return ns
-	}
-	ns := start()
-	_, port, err := net.SplitHostPort(ns.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if opts.Port, err = strconv.Atoi(port); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns := natstest.Start(t)
+	_, js := ns.JetStream(t)
 	wb := newWorkerBus(t, js)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -215,15 +182,14 @@ func TestBusSurvivesAServerRestart(t *testing.T) {
 	order(ctx, t, js, "before")
 	receive(ctx, t, orders, "before")
 
-	ns.Shutdown()
-	ns.WaitForShutdown()
+	ns.Stop()
 	short, stop := context.WithTimeout(ctx, 500*time.Millisecond)
 	j, err := wb.Job(short, "j")
 	stop()
 	if err == nil || errors.Is(err, worker.ErrBadRecord) || j != nil {
 		t.Errorf("Job while the server is down = %+v, %v; want an error worth retrying", j, err)
 	}
-	ns = start()
+	ns.Restart(t)
 
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -263,27 +229,10 @@ func (l *logWatch) Write(p []byte) (int, error) {
 // are set up it heartbeats; stopped, it removes its heartbeat.
 func TestWorkerStartedBeforeTheServer(t *testing.T) {
 	t.Parallel()
-	// Find a free port, then leave it free.
-	opts := &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(),
-		NoLog: true, NoSigs: true}
-	probe, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go probe.Start()
-	if !probe.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	_, port, err := net.SplitHostPort(probe.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := probe.ClientURL()
-	probe.Shutdown()
-	probe.WaitForShutdown()
-	if opts.Port, err = strconv.Atoi(port); err != nil {
-		t.Fatal(err)
-	}
+	// A server with a port of its own, down when the worker starts.
+	ns := natstest.Start(t)
+	url := ns.URLs()
+	ns.Stop()
 
 	nc, err := nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
@@ -316,15 +265,7 @@ func TestWorkerStartedBeforeTheServer(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	ns.Restart(t)
 	select {
 	case <-waiting.seen:
 	case err := <-done:
@@ -332,15 +273,7 @@ func TestWorkerStartedBeforeTheServer(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the worker did not say it waits for the orders stream within 20s")
 	}
-	anc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer anc.Close()
-	ajs, err := jetstream.New(anc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, ajs := ns.JetStream(t)
 	if err := natsbus.Setup(ctx, ajs, n, natsbus.SetupConfig{}); err != nil {
 		t.Fatalf("setup: %v", err)
 	}

@@ -7,15 +7,11 @@ package natsstore_test
 import (
 	"context"
 	"errors"
-	"net/url"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gpuq/gpuq/internal/natsbus"
@@ -239,49 +235,6 @@ func TestLeaseExcludesAndExpires(t *testing.T) {
 	}
 }
 
-// restartable is a nats-server that a test can stop and start again on the
-// same port and store, as an operator restarting it would.
-type restartable struct {
-	t    *testing.T
-	opts server.Options
-	srv  *server.Server
-}
-
-func startRestartable(t *testing.T) *restartable {
-	t.Helper()
-	r := &restartable{t: t, opts: server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
-		StoreDir: t.TempDir(), NoLog: true, NoSigs: true}}
-	r.start()
-	u, err := url.Parse(r.srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.opts.Port, err = strconv.Atoi(u.Port()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.stop)
-	return r
-}
-
-func (r *restartable) start() {
-	r.t.Helper()
-	opts := r.opts
-	srv, err := server.NewServer(&opts)
-	if err != nil {
-		r.t.Fatalf("start nats-server: %v", err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		r.t.Fatal("nats-server not ready for connections after 10s")
-	}
-	r.srv = srv
-}
-
-func (r *restartable) stop() {
-	r.srv.Shutdown()
-	r.srv.WaitForShutdown()
-}
-
 // countingKV counts the lease's create attempts and their failures.
 type countingKV struct {
 	jetstream.KeyValue
@@ -314,16 +267,8 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 // server is back and the old holder's lease has lapsed.
 func TestAcquireRidesOutTheServersAbsence(t *testing.T) {
 	t.Parallel()
-	srv := startRestartable(t)
-	nc, err := nats.Connect(srv.srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := natstest.Start(t)
+	_, js := srv.JetStream(t)
 	ctx := context.Background()
 	if err := natsbus.Setup(ctx, js, subjects.Default, natsbus.SetupConfig{}); err != nil {
 		t.Fatal(err)
@@ -339,7 +284,7 @@ func TestAcquireRidesOutTheServersAbsence(t *testing.T) {
 	counted := &countingKV{KeyValue: kv}
 	l, _ := natsstore.NewLease(js, counted, "new", time.Second)
 
-	srv.stop()
+	srv.Stop()
 	short, cancel := context.WithTimeout(ctx, 2*time.Second)
 	held, err := l.TryAcquire(short)
 	cancel()
@@ -356,7 +301,7 @@ func TestAcquireRidesOutTheServersAbsence(t *testing.T) {
 		t.Fatalf("Acquire returned while the server was away: %v", err)
 	default:
 	}
-	srv.start()
+	srv.Restart(t)
 	if err := <-done; err != nil {
 		t.Fatalf("Acquire after the server came back: %v", err)
 	}
