@@ -194,4 +194,19 @@ func TestDeployConfigRoles(t *testing.T) {
 	if _, err := wjs.Publish(short(), "$KV.gpuq_ledger.account.vision", []byte(`{}`)); err == nil {
 		t.Error("a worker wrote the ledger")
 	}
+	// A worker reads job records (it confirms each order against one
+	// before it starts: the job above ran only because it could), and no
+	// account record.
+	wlkv, err := wjs.KeyValue(ctx, n.LedgerBucket())
+	if err != nil {
+		t.Fatalf("a worker binds the ledger bucket: %v", err)
+	}
+	if e, err := wlkv.Get(ctx, subjects.JobKey("deployed")); err != nil {
+		t.Errorf("a worker reads a job record: %v", err)
+	} else if j, err := ledger.UnmarshalJob(e.Value()); err != nil || j.State != ledger.StateSucceeded {
+		t.Errorf("the job record a worker read: %+v, %v", j, err)
+	}
+	if _, err := wlkv.Get(short(), "account.vision"); err == nil {
+		t.Error("a worker read an account record")
+	}
 }

@@ -66,6 +66,7 @@ func newCluster(t testing.TB) *cluster {
 // sched is a running scheduler service.
 type sched struct {
 	name    string
+	nc      *nats.Conn // its own connection; closing it cuts the scheduler off as a kill would
 	cancel  context.CancelFunc
 	done    chan error
 	leading atomic.Int32 // terms begun
@@ -85,7 +86,7 @@ type schedOpts struct {
 // the test ends.
 func (c *cluster) startScheduler(name string, o schedOpts) *sched {
 	c.t.Helper()
-	_, js := c.srv.JetStream(c.t)
+	nc, js := c.srv.JetStream(c.t)
 	ctx := context.Background()
 	lkv, err := js.KeyValue(ctx, c.n.LedgerBucket())
 	if err != nil {
@@ -99,7 +100,7 @@ func (c *cluster) startScheduler(name string, o schedOpts) *sched {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	s := &sched{name: name, done: make(chan error, 1), began: make(chan struct{}, 16), left: make(chan struct{}, 16),
+	s := &sched{name: name, nc: nc, done: make(chan error, 1), began: make(chan struct{}, 16), left: make(chan struct{}, 16),
 		log: &followLog{Log: natsbus.NewLog(js, c.n)}}
 	hooks := o.hooks
 	prev := hooks.Leading

@@ -189,9 +189,11 @@ func TestSubmissionPublishedTwice(t *testing.T) {
 	if ev.Reason != ledger.ReasonDuplicate {
 		t.Errorf("late duplicate = %+v", ev)
 	}
-	// Through the client, the same id and terms answer with the duplicate.
-	if ev, err := c.c.Submit(c.ctx(), s); err != nil || ev.Seq != first.Sequence || ev.Type != ledger.EventAccepted {
-		t.Errorf("client resubmit = %+v, %v; want the original acceptance", ev, err)
+	// Through the client, the same id and terms are judged by the fold
+	// again: the existing job, unchanged.
+	if ev, err := c.c.Submit(c.ctx(), s); err != nil || ev.Type != ledger.EventIgnored || ev.Reason != ledger.ReasonDuplicate ||
+		ev.State != ledger.StatePending || ev.Seq <= third.Sequence {
+		t.Errorf("client resubmit = %+v, %v; want an ignored duplicate naming the pending job", ev, err)
 	}
 	acct, err := c.c.Account(c.ctx(), "a")
 	if err != nil {
@@ -200,7 +202,7 @@ func TestSubmissionPublishedTwice(t *testing.T) {
 	if acct.Reserved != 40 {
 		t.Errorf("reserved %d after three publishes, want 40", acct.Reserved)
 	}
-	if got := c.jobEventTypes("a", "twice"); !slices.Equal(got, []string{"accepted", "ignored"}) {
+	if got := c.jobEventTypes("a", "twice"); !slices.Equal(got, []string{"accepted", "ignored", "ignored"}) {
 		t.Errorf("events = %v", got)
 	}
 	c.audit()

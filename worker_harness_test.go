@@ -182,11 +182,8 @@ type lossyBus struct {
 	closed     chan struct{}
 }
 
-func (b *lossyBus) Orders(ctx context.Context) (<-chan worker.Order, error) {
-	in, err := b.Bus.Orders(ctx)
-	if err != nil {
-		return nil, err
-	}
+func (b *lossyBus) Orders(ctx context.Context, lost func(error)) <-chan worker.Order {
+	in := b.Bus.Orders(ctx, lost)
 	out := make(chan worker.Order)
 	go func() {
 		defer close(out)
@@ -204,10 +201,14 @@ func (b *lossyBus) Orders(ctx context.Context) (<-chan worker.Order, error) {
 				}
 				return ack(ctx)
 			}
-			out <- o
+			select {
+			case out <- o:
+			case <-ctx.Done():
+				return
+			}
 		}
 	}()
-	return out, nil
+	return out
 }
 
 func (b *lossyBus) Report(ctx context.Context, r ledger.Report) error {

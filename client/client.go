@@ -16,6 +16,8 @@ package client
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -111,17 +113,28 @@ func (c *Client) ctx(ctx context.Context) (context.Context, context.CancelFunc) 
 	return context.WithTimeout(ctx, c.timeout)
 }
 
-// Submit publishes s, with its id as the de-duplication id, and waits for
-// the scheduler's answer. It returns the accepted event (or, for a repeat of
-// an earlier identical submission, an ignored event with reason duplicate).
-// A refused submission returns its rejected event and a *RejectedError. A
-// submission that fails validation is not published at all.
+// Submit publishes s and waits for the scheduler's answer to this call. It
+// returns the accepted event (or, when the id is already taken by a job with
+// the same terms, an ignored event with reason duplicate that carries that
+// job's state). A refused submission returns its rejected event and a
+// *RejectedError: duplicate_conflict when the id is taken by a job with
+// other terms, and after a rejection a new call is evaluated afresh (say,
+// once the account is topped up). A submission that fails validation is not
+// published at all.
+//
+// Each call's de-duplication id is the terms' id plus a random nonce, so the
+// transport never answers a call with the outcome of another: the fold, which
+// decides idempotency by job id, judges every call.
 func (c *Client) Submit(ctx context.Context, s ledger.Submit) (wire.JobEvent, error) {
 	msg, err := wire.EncodeSubmit(c.n, s)
 	if err != nil {
 		return wire.JobEvent{}, fmt.Errorf("submit %s: %w", s.ID, err)
 	}
-	return c.jobCommand(ctx, msg, s.Account, s.ID)
+	var nonce [8]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return wire.JobEvent{}, fmt.Errorf("submit %s: %w", s.ID, err)
+	}
+	return c.jobCommand(ctx, wire.WithNonce(msg, hex.EncodeToString(nonce[:])), s.Account, s.ID)
 }
 
 // Cancel asks the scheduler to cancel job of account and waits for its

@@ -31,6 +31,17 @@
 // cancelled before it runs. Every balance movement is also a journal
 // [Entry], so balances can be recomputed from the journal alone ([Books]).
 //
+// # Attempts
+//
+// Each dispatch is an attempt. One that is lost, refused by its worker or
+// ended by the infrastructure counts in [Job.Failures], and the job fails
+// once they reach its max_attempts. A refusal only because the GPUs were
+// taken ([Report.Busy]) spends no attempt, up to [MaxBusyRefusals] of them
+// per job. A worker's report counts only from the job's current attempt and
+// host; a started report for any other run (an order taken after its
+// attempt was lost, or run again by a restarted worker) also sends that
+// host a [CancelOrder] for it, so the run nobody wants is stopped.
+//
 // # Replays
 //
 // Every account and job, and the price table, records the sequence of the

@@ -18,7 +18,8 @@ import (
 //   - every job is in exactly one known state, holds its cost while active
 //     and nothing otherwise, is charged at most its cost (a fixed-cost job
 //     exactly its cost on success and nothing otherwise), and belongs to an
-//     existing account unless rejected;
+//     existing account unless rejected, and has no more failures and busy
+//     refusals than attempts, nor more attempts recorded than those allow;
 //   - a price table exists if a metered job is pending, dispatched or
 //     running, and is in range.
 //
@@ -170,6 +171,10 @@ func (j *Job) check() error {
 		return brokenf("rejected job has submit seq %d", j.SubmitSeq)
 	case j.Failures < 0 || j.Failures > j.MaxAttempts || j.Failures > j.Attempt:
 		return brokenf("%d failures with %d attempts of at most %d", j.Failures, j.Attempt, j.MaxAttempts)
+	case j.BusyRefusals < 0 || j.BusyRefusals > MaxBusyRefusals || j.Failures+j.BusyRefusals > j.Attempt:
+		return brokenf("%d busy refusals (at most %d) and %d failures with %d attempts", j.BusyRefusals, MaxBusyRefusals, j.Failures, j.Attempt)
+	case len(j.Attempts) > j.Failures+j.BusyRefusals+1:
+		return brokenf("%d attempts recorded, more than %d failures, %d busy refusals and one more", len(j.Attempts), j.Failures, j.BusyRefusals)
 	case j.State.Active() && j.Failures >= j.MaxAttempts:
 		return brokenf("%s job has spent %d of %d attempts", j.State, j.Failures, j.MaxAttempts)
 	case j.CancelRequested && j.State == StatePending:

@@ -11,6 +11,7 @@ import (
 //	pending → dispatched → running → succeeded | failed | cancelled
 //	pending → cancelled
 //	dispatched | running → (lost, or rejected by the worker) → pending (retry) | failed | cancelled
+//	dispatched → (refused by the worker, its GPUs busy) → pending, the attempt not spent
 //	held → pending (the account can pay) | cancelled
 //
 // A submission that is never accepted is rejected and never holds credits.
@@ -68,9 +69,15 @@ type Job struct {
 	// Attempt is the number of the current or last dispatch; 0 before the
 	// first. Each dispatch decision names Attempt+1.
 	Attempt int `json:"attempt"`
-	// Failures counts attempts that ended lost or rejected by a worker; the
-	// job fails when it reaches MaxAttempts.
-	Failures        int      `json:"failures"`
+	// Failures counts attempts that ended lost, rejected by a worker or
+	// ended by the infrastructure; the job fails when it reaches
+	// MaxAttempts. A busy refusal counts here only past MaxBusyRefusals.
+	Failures int `json:"failures"`
+	// BusyRefusals counts attempts a worker refused only because the GPUs
+	// it was sent to were taken ([Report.Busy]). They spend no attempt and
+	// start no retry delay, up to [MaxBusyRefusals]; a busy refusal past
+	// that counts in Failures as an ordinary worker rejection.
+	BusyRefusals    int      `json:"busy_refusals,omitempty"`
 	Host            string   `json:"host,omitempty"`
 	Devices         []string `json:"devices,omitempty"`
 	CancelRequested bool     `json:"cancel_requested,omitempty"`

@@ -726,3 +726,127 @@ func TestMeteredJobsPayForRuntime(t *testing.T) {
 	}
 	wantMoney(t, l, "a", 10_000-19-10-200, 10_000-19-10-200)
 }
+
+// TestBusyRefusalSpendsNoAttempt: a worker that refuses an attempt only
+// because its GPUs were taken requeues the job without spending one of its
+// attempts, and the refusal is in the job's record; past MaxBusyRefusals a
+// busy refusal is an ordinary worker rejection, so no job is refused forever.
+func TestBusyRefusalSpendsNoAttempt(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 100)
+	l.Apply(ledger.Submit{Account: "a", ID: "j", GPUs: 1, Cost: 10, Command: []string{"x"}, MaxAttempts: 1})
+	refuse := func() ledger.Result {
+		t.Helper()
+		next := l.Job("j").Attempt + 1
+		if ev, _ := ledgertest.First[ledger.JobEvent](l.Apply(ledger.Dispatch{Job: "j", Attempt: next, Host: "h"})); ev.Type != ledger.EventDispatched {
+			t.Fatalf("dispatch: %+v", ev)
+		}
+		l.Advance(time.Second)
+		return l.Apply(ledger.Report{Type: ledger.ReportRejected, Host: "h", Job: "j", Attempt: next, Reason: "GPU-0 in use", Busy: true})
+	}
+	for n := 1; n <= ledger.MaxBusyRefusals; n++ {
+		wantEvent(t, refuse(), ledger.EventRequeued, ledger.ReasonHostBusy)
+		j := l.Job("j")
+		if j.State != ledger.StatePending || j.Failures != 0 || j.BusyRefusals != n || j.Reason != ledger.ReasonHostBusy {
+			t.Fatalf("after busy refusal %d: %s, %d failures, %d busy refusals, reason %s", n, j.State, j.Failures, j.BusyRefusals, j.Reason)
+		}
+		last := j.Attempts[len(j.Attempts)-1]
+		if len(j.Attempts) != n || last.N != n || last.Host != "h" || last.Reason != ledger.ReasonHostBusy || last.Outcome != ledger.StatePending {
+			t.Fatalf("after busy refusal %d: attempts %+v", n, j.Attempts)
+		}
+	}
+	wantMoney(t, l, "a", 100, 90)
+	// One more busy refusal spends the job's only attempt.
+	res := refuse()
+	evs := ledgertest.All[ledger.JobEvent](res)
+	if last := evs[len(evs)-1]; last.Type != ledger.EventFailed || last.Reason != ledger.ReasonAttemptsSpent {
+		t.Fatalf("busy refusal past the limit ended with %+v, want failed/attempts_exhausted", evs)
+	}
+	j := l.Job("j")
+	if last := j.Attempts[len(j.Attempts)-1]; last.Reason != ledger.ReasonWorkerRejected || !strings.Contains(last.Message, "busy refusals") {
+		t.Errorf("the attempt past the limit is recorded as %s %q, want a worker rejection that says why", last.Reason, last.Message)
+	}
+	if j.Failures != 1 || j.BusyRefusals != ledger.MaxBusyRefusals {
+		t.Errorf("failures %d, busy refusals %d; want 1 and %d", j.Failures, j.BusyRefusals, ledger.MaxBusyRefusals)
+	}
+	wantMoney(t, l, "a", 100, 100)
+}
+
+// TestBusyRefusalCountsOnlyFromTheAttempt: a busy refusal from another host
+// or for an old attempt changes nothing, and one for a job with a cancel
+// requested ends it cancelled.
+func TestBusyRefusalCountsOnlyFromTheAttempt(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 100)
+	l.Submit("a", "j", 10, 0)
+	l.Apply(ledger.Dispatch{Job: "j", Attempt: 1, Host: "h"})
+	busy := ledger.Report{Type: ledger.ReportRejected, Host: "other", Job: "j", Attempt: 1, Reason: "busy", Busy: true}
+	wantEvent(t, l.Apply(busy), ledger.EventIgnored, ledger.ReasonWrongHost)
+	busy.Host, busy.Attempt = "h", 2
+	wantEvent(t, l.Apply(busy), ledger.EventIgnored, ledger.ReasonStaleAttempt)
+	if j := l.Job("j"); j.State != ledger.StateDispatched || j.BusyRefusals != 0 || len(j.Attempts) != 0 {
+		t.Fatalf("misaddressed busy refusals moved the job: %s, %d busy refusals, %d attempts", j.State, j.BusyRefusals, len(j.Attempts))
+	}
+	l.Apply(ledger.Cancel{Account: "a", Job: "j"})
+	busy.Attempt = 1
+	res := l.Apply(busy)
+	evs := ledgertest.All[ledger.JobEvent](res)
+	if last := evs[len(evs)-1]; last.Type != ledger.EventCancelled {
+		t.Fatalf("busy refusal of a job being cancelled ended with %+v, want cancelled", evs)
+	}
+	wantMoney(t, l, "a", 100, 100)
+}
+
+// TestStartOfARunNobodyWantsIsCancelled: a started report for an attempt
+// that is not the job's current one on that host (the attempt was lost and
+// retried elsewhere, the job has ended, it was never sent there) is ignored
+// and sends the reporting host a cancel order for exactly that attempt, so
+// the run it just started is stopped. A duplicate started report for the
+// attempt that runs stops nothing.
+func TestStartOfARunNobodyWantsIsCancelled(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 100)
+	l.Apply(ledger.Submit{Account: "a", ID: "j", GPUs: 1, Cost: 10, Command: []string{"x"}, MaxAttempts: 3})
+	l.Apply(ledger.Dispatch{Job: "j", Attempt: 1, Host: "h1"})
+	l.Apply(ledger.Lost{Job: "j", Attempt: 1, Reason: "h1 stopped heartbeating"})
+	started := func(host string, attempt int) ledger.Report {
+		return ledger.Report{Type: ledger.ReportStarted, Host: host, Job: "j", Attempt: attempt, Devices: []string{"GPU-" + host}}
+	}
+	cases := []struct {
+		name   string
+		before func()
+		report ledger.Report
+		reason ledger.Reason
+	}{
+		{"pending after its attempt was lost", func() {}, started("h1", 1), ledger.ReasonWrongHost},
+		{"retried on another host", func() { l.Apply(ledger.Dispatch{Job: "j", Attempt: 2, Host: "h2"}) }, started("h1", 1), ledger.ReasonStaleAttempt},
+		{"current attempt, another host", func() {}, started("h3", 2), ledger.ReasonWrongHost},
+		{"ended", func() { l.Apply(started("h2", 2)); l.Done("j", 0) }, started("h2", 2), ledger.ReasonBadState},
+	}
+	for _, c := range cases {
+		c.before()
+		res := l.Apply(c.report)
+		wantEvent(t, res, ledger.EventIgnored, c.reason)
+		want := ledger.CancelOrder{Host: c.report.Host, Job: "j", Account: "a", Attempt: c.report.Attempt}
+		if got := ledgertest.All[ledger.CancelOrder](res); len(got) != 1 || got[0] != want {
+			t.Errorf("%s: cancel orders %+v, want %+v", c.name, got, want)
+		}
+		if len(res.Changed) != 0 {
+			t.Errorf("%s: an ignored report changed %v", c.name, res.Changed)
+		}
+	}
+	wantMoney(t, l, "a", 90, 90)
+
+	// A started report sent again while its attempt runs is a duplicate.
+	l.Submit("a", "k", 10, 0)
+	l.Start("k", "h1")
+	dup := ledger.Report{Type: ledger.ReportStarted, Host: "h1", Job: "k", Attempt: 1, Devices: l.Job("k").Devices}
+	res := l.Apply(dup)
+	wantEvent(t, res, ledger.EventIgnored, ledger.ReasonBadState)
+	if got := ledgertest.All[ledger.CancelOrder](res); len(got) != 0 {
+		t.Errorf("a duplicate started report of the running attempt sent %+v", got)
+	}
+}

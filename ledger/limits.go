@@ -42,4 +42,10 @@ const (
 	MaxPricedModels = 256
 	// MaxHeldJobs bounds the jobs an account may have held at once.
 	MaxHeldJobs = 1000
+	// MaxBusyRefusals is how many busy refusals of one job (a worker that
+	// found the GPUs it was sent to taken, [Report.Busy]) are requeued
+	// without spending an attempt. Past it, a busy refusal counts as an
+	// ordinary worker rejection, so no job is retried forever and its
+	// record of attempts stays bounded.
+	MaxBusyRefusals = 20
 )

@@ -1,16 +1,18 @@
 // Model-based test of the ledger. rapid draws random sequences of every
 // command — admin ops, submissions (many with reused ids), cancels, dispatch
-// and lost decisions, worker reports with random attempts and hosts, invalid
-// entries, commands re-sent as new log entries, and replays of earlier log
-// entries at their old sequence numbers — and runs each against the real
+// and lost decisions, worker reports with random attempts and hosts (busy
+// refusals among them), invalid entries, commands re-sent as new log
+// entries, and replays of earlier log entries at their old sequence
+// numbers — and runs each against the real
 // ledger and against the small model below, written separately and as
 // plainly as possible. After every step:
 //
 //   - the ledger's own invariants hold (ledgertest.Log checks them, and
 //     recomputes every balance from the journal and compares);
 //   - every account and job matches the model field by field;
-//   - each fresh command's outcome (event type and reason) matches the
-//     model's;
+//   - each fresh command's outcome (event type and reason), and the cancel
+//     orders it sends (a cancel of a job on a host, a started report for a
+//     run that is not the job's current one), match the model's;
 //   - a replay changed no key at all.
 //
 // Failures shrink to the shortest sequence; replay one with -rapid.seed or
@@ -67,6 +69,7 @@ type mJob struct {
 	terms             ledger.Submit // with defaults; Cost is the reservation for metered jobs
 	state             ledger.JobState
 	attempt, failures int
+	busy              int // busy refusals that spent no attempt
 	host, model       string
 	cancel            bool
 	held, charged     int64
@@ -86,6 +89,8 @@ type model struct {
 	// touched are the accounts the current command changed; after it,
 	// their held jobs are admitted if the account can pay.
 	touched map[string]bool
+	// cancels are the cancel orders the current command sends.
+	cancels []ledger.CancelOrder
 }
 
 func newModel() *model { return &model{accts: map[string]*mAccount{}, jobs: map[string]*mJob{}} }
@@ -264,6 +269,7 @@ func (m *model) cancel(c ledger.Cancel, at time.Time) string {
 		return out(ledger.EventIgnored, ledger.ReasonAlreadyCancelled)
 	case onHost(j.state):
 		j.cancel = true
+		m.cancels = append(m.cancels, ledger.CancelOrder{Host: j.host, Job: c.Job, Account: j.terms.Account, Attempt: j.attempt})
 		return out(ledger.EventCancelRequested, ledger.ReasonCancelled)
 	}
 	return out(ledger.EventIgnored, ledger.ReasonAlreadyTerminal)
@@ -377,6 +383,11 @@ func (m *model) retry(j *mJob, reason ledger.Reason, at time.Time) string {
 		m.finish(j, ledger.StateFailed, 0, at)
 		return out(ledger.EventFailed, ledger.ReasonAttemptsSpent)
 	}
+	return m.requeue(j, reason)
+}
+
+// requeue takes j off its host, pending again.
+func (m *model) requeue(j *mJob, reason ledger.Reason) string {
 	a := m.accts[j.terms.Account]
 	a.runJobs--
 	a.runGPUs -= j.terms.GPUs
@@ -394,6 +405,11 @@ func (m *model) report(r ledger.Report, at time.Time) string {
 	want := ledger.StateDispatched
 	if r.Type == ledger.ReportDone {
 		want = ledger.StateRunning
+	}
+	// A started report for anything but the attempt the job runs or
+	// waits to start on that host is a run to stop.
+	if r.Type == ledger.ReportStarted && (r.Attempt != j.attempt || r.Host != j.host || !onHost(j.state)) {
+		m.cancels = append(m.cancels, ledger.CancelOrder{Host: r.Host, Job: r.Job, Account: j.terms.Account, Attempt: r.Attempt})
 	}
 	switch {
 	case r.Attempt != j.attempt:
@@ -418,6 +434,9 @@ func (m *model) report(r ledger.Report, at time.Time) string {
 	case r.Type == ledger.ReportDone:
 		m.finish(j, ledger.StateFailed, m.charge(j, r.Runtime, m.failPct(j)), at)
 		return out(ledger.EventFailed, ledger.ReasonExitCode)
+	case r.Busy && j.busy < ledger.MaxBusyRefusals && !j.cancel:
+		j.busy++
+		return m.requeue(j, ledger.ReasonHostBusy)
 	}
 	return m.retry(j, ledger.ReasonWorkerRejected, at)
 }
@@ -438,6 +457,7 @@ func (m *model) lost(l ledger.Lost, at time.Time) string {
 
 func (m *model) apply(cmd ledger.Command, at time.Time) string {
 	m.touched = map[string]bool{}
+	m.cancels = nil
 	result := m.apply1(cmd, at)
 	admitted := false
 	for id := range m.touched {
@@ -528,10 +548,10 @@ func (m *model) compare(t *rapid.T, s *ledger.State) {
 		if j == nil {
 			t.Fatalf("job %s missing", id)
 		}
-		got := fmt.Sprintf("%s cost %d attempt %d failures %d host %q cancel %v held %d charged %d",
-			j.State, j.Cost, j.Attempt, j.Failures, j.Host, j.CancelRequested, j.Held, j.Charged)
-		exp := fmt.Sprintf("%s cost %d attempt %d failures %d host %q cancel %v held %d charged %d",
-			want.state, want.terms.Cost, want.attempt, want.failures, want.host, want.cancel, want.held, want.charged)
+		got := fmt.Sprintf("%s cost %d attempt %d failures %d busy %d host %q cancel %v held %d charged %d",
+			j.State, j.Cost, j.Attempt, j.Failures, j.BusyRefusals, j.Host, j.CancelRequested, j.Held, j.Charged)
+		exp := fmt.Sprintf("%s cost %d attempt %d failures %d busy %d host %q cancel %v held %d charged %d",
+			want.state, want.terms.Cost, want.attempt, want.failures, want.busy, want.host, want.cancel, want.held, want.charged)
 		if want.state == ledger.StateRejected {
 			got, exp = string(j.State), string(want.state)
 		}
@@ -593,6 +613,9 @@ func TestLedgerMatchesModel(t *testing.T) {
 			history = append(history, logged{cmd, l.Seq, l.Now})
 			if got := outcome(res); got != want {
 				rt.Fatalf("%s %+v at seq %d: ledger says %s, model %s", cmd.Kind(), cmd, l.Seq, got, want)
+			}
+			if got := ledgertest.All[ledger.CancelOrder](res); !slices.Equal(got, m.cancels) {
+				rt.Fatalf("%s %+v at seq %d: ledger sends cancel orders %+v, model %+v", cmd.Kind(), cmd, l.Seq, got, m.cancels)
 			}
 		}
 
@@ -727,6 +750,7 @@ func TestLedgerMatchesModel(t *testing.T) {
 					}
 				case 2:
 					r.Type, r.Reason = ledger.ReportRejected, "GPU busy"
+					r.Busy = rapid.Bool().Draw(rt, "busy")
 				}
 				fresh(rt, r)
 			},

@@ -49,7 +49,11 @@ func (t *tx) dispatch(c Dispatch) {
 
 // report applies a worker's report. It counts only from the attempt and host
 // the job was last dispatched to, and only in a state where it makes sense;
-// anything else is a no-op with the reason recorded in an event.
+// anything else is a no-op with the reason recorded in an event, except that
+// an ignored started report for a run that is not the job's current one also
+// sends the reporting host a cancel order for that attempt. A busy refusal
+// ([Report.Busy]) requeues the job without spending an attempt, up to
+// [MaxBusyRefusals] times; after that it is an ordinary worker rejection.
 func (t *tx) report(r Report) {
 	if err := r.Validate(); err != nil {
 		t.emit(InvalidEvent{Job: r.Job, Reason: ReasonInvalid, Message: fmt.Sprintf("report from %s rejected: %v", r.Host, err)})
@@ -68,13 +72,19 @@ func (t *tx) report(r Report) {
 	if r.Type == ReportDone {
 		want = StateRunning
 	}
+	// A started report that is not for the job's current attempt on its
+	// host means a worker has just started a run nobody wants (an order it
+	// took after the attempt was lost, or one it ran again after a
+	// restart): the host is told to stop it. A started report for the
+	// current attempt that comes again while it runs is only a duplicate.
+	stop := r.Type == ReportStarted && (r.Attempt != j.Attempt || r.Host != j.Host || !j.State.OnHost())
 	switch {
 	case r.Attempt != j.Attempt:
-		ignore(ReasonStaleAttempt, "the job's attempt is %d", j.Attempt)
+		ignore(ReasonStaleAttempt, "the job's attempt is %d%s", j.Attempt, stopNote(stop, r))
 	case r.Host != j.Host:
-		ignore(ReasonWrongHost, "attempt %d was dispatched to %s", j.Attempt, j.Host)
+		ignore(ReasonWrongHost, "attempt %d was dispatched to %s%s", j.Attempt, orNone(j.Host), stopNote(stop, r))
 	case j.State != want:
-		ignore(ReasonBadState, "the job is %s", j.State)
+		ignore(ReasonBadState, "the job is %s%s", j.State, stopNote(stop, r))
 	case r.Type == ReportStarted && len(r.Devices) != j.GPUs:
 		ignore(ReasonBadDevices, "the job needs %d GPUs, the report lists %d devices", j.GPUs, len(r.Devices))
 	case r.Type == ReportStarted:
@@ -88,9 +98,42 @@ func (t *tx) report(r Report) {
 		t.retry(j, ReasonInfrastructure, fmt.Sprintf("attempt %d on %s ended by the infrastructure: %s", j.Attempt, j.Host, r.Infra))
 	case r.Type == ReportDone:
 		t.exited(j, r.ExitCode, r.Runtime)
+	case r.Busy && j.BusyRefusals < MaxBusyRefusals && !j.CancelRequested:
+		// The GPUs were taken when the order arrived: a race the job did
+		// not lose through any fault of its own, so it spends no attempt.
+		// Bounded, so a host that always says busy cannot keep a job, and
+		// its record, going forever.
+		j.BusyRefusals++
+		msg := fmt.Sprintf("%s refused attempt %d, its GPUs busy: %s", j.Host, j.Attempt, r.Reason)
+		t.endAttempt(j, StatePending, ReasonHostBusy, msg, 0)
+		t.requeue(j, ReasonHostBusy, msg, fmt.Sprintf("%s; attempt %d follows, and this one is not spent (busy refusal %d of at most %d; %d of %d attempts spent)",
+			msg, j.Attempt+1, j.BusyRefusals, MaxBusyRefusals, j.Failures, j.MaxAttempts))
 	default: // ReportRejected
-		t.retry(j, ReasonWorkerRejected, fmt.Sprintf("%s could not start attempt %d: %s", j.Host, j.Attempt, r.Reason))
+		msg := fmt.Sprintf("%s could not start attempt %d: %s", j.Host, j.Attempt, r.Reason)
+		if r.Busy && !j.CancelRequested {
+			msg += fmt.Sprintf(" (busy, but the job has had its %d busy refusals: this one spends an attempt)", MaxBusyRefusals)
+		}
+		t.retry(j, ReasonWorkerRejected, msg)
 	}
+	if stop {
+		t.emit(CancelOrder{Host: r.Host, Job: j.ID, Account: j.Account, Attempt: r.Attempt})
+	}
+}
+
+// stopNote says, in an ignored started report's message, that the run it
+// announced is being stopped.
+func stopNote(stop bool, r Report) string {
+	if !stop {
+		return ""
+	}
+	return fmt.Sprintf("; a cancel order goes to %s to stop the run", r.Host)
+}
+
+func orNone(host string) string {
+	if host == "" {
+		return "no host now"
+	}
+	return host
 }
 
 // exited settles j, whose attempt exited with code after runtime: a success
@@ -169,17 +212,23 @@ func (t *tx) retry(j *Job, reason Reason, msg string) {
 			fmt.Sprintf("%s; no attempts left (%d of %d failed)", msg, j.Failures, j.MaxAttempts), 0)
 	default:
 		t.endAttempt(j, StatePending, reason, msg, 0)
-		a := t.s.Accounts[j.Account]
-		a.RunningJobs--
-		a.RunningGPUs -= j.GPUs
-		t.changedAccount(a)
-		j.State, j.Host, j.Devices, j.Model = StatePending, "", nil, ""
-		j.StartedAt = time.Time{}
-		j.Reason, j.Message = reason, msg
-		t.changedJob(j)
-		t.jobEvent(j.Account, j, JobEvent{Type: EventRequeued, Reason: reason,
-			Message: fmt.Sprintf("%s; attempt %d of %d follows (never charged for this one)", msg, j.Attempt+1, j.MaxAttempts)})
+		t.requeue(j, reason, msg, fmt.Sprintf("%s; attempt %d follows, %d of %d attempts spent (never charged for this one)",
+			msg, j.Attempt+1, j.Failures, j.MaxAttempts))
 	}
+}
+
+// requeue moves j, whose attempt has ended (see endAttempt), from its host
+// back to pending, and announces it with the event message note.
+func (t *tx) requeue(j *Job, reason Reason, msg, note string) {
+	a := t.s.Accounts[j.Account]
+	a.RunningJobs--
+	a.RunningGPUs -= j.GPUs
+	t.changedAccount(a)
+	j.State, j.Host, j.Devices, j.Model = StatePending, "", nil, ""
+	j.StartedAt = time.Time{}
+	j.Reason, j.Message = reason, msg
+	t.changedJob(j)
+	t.jobEvent(j.Account, j, JobEvent{Type: EventRequeued, Reason: reason, Message: note})
 }
 
 // endAttempt records how the job's current attempt ended and what it was

@@ -16,8 +16,14 @@ type CoreConfig struct {
 	// if it delays the first job waiting for room. Defaults to false.
 	NoBackfill bool
 	// Retry times the attempts after a lost, refused or infrastructure
-	// failed one.
+	// failed one. A busy refusal (the host found the GPUs taken) is not
+	// a failure and waits no retry delay.
 	Retry RetryPolicy
+	// HostBackoff is how long a host that refused an order (busy or not)
+	// gets no new one, by the number of its refusals in a row: the count
+	// starts again when the host reports an attempt started. Its Initial
+	// defaults to 1s, Multiplier to 2 and Max to 30s.
+	HostBackoff RetryPolicy
 	// UnplaceableAfter is how long a job may need more GPUs than the largest
 	// live host has before it fails as unplaceable. Hosts may join, so this
 	// is a grace period, not a verdict at first sight. Defaults to 1m; a
@@ -46,6 +52,7 @@ func (c *CoreConfig) withDefaults() CoreConfig {
 		out.HalfLife = 24 * time.Hour
 	}
 	out.Retry = out.Retry.withDefaults()
+	out.HostBackoff = hostBackoffDefaults(out.HostBackoff)
 	if out.UnplaceableAfter == 0 {
 		out.UnplaceableAfter = time.Minute
 	}
@@ -95,7 +102,8 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 }
 
 // Delay returns the wait before the next attempt of job after failures
-// failed attempts (failures ≥ 1).
+// failed attempts (failures ≥ 1). (For HostBackoff, job is the host and
+// failures its refusals in a row.)
 func (p RetryPolicy) Delay(job string, failures int) time.Duration {
 	p = p.withDefaults()
 	b := &backoff.ExponentialBackOff{InitialInterval: p.Initial, Multiplier: p.Multiplier, MaxInterval: p.Max,

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -45,21 +46,51 @@ type Core struct {
 	// shadows are the reservations the last Decide made for blocked jobs,
 	// for tests and explanations.
 	shadows map[string]Shadow
+	// refused are the hosts that have refused orders since they last
+	// started one: they are backed off (see refusals.go).
+	refused map[string]*refusals
 }
 
 type hostState struct {
 	name     string
-	capacity int // GPUs gpuq may use
+	capacity int // GPUs gpuq may use: healthy, no foreign process, the host not draining
 	total    int // every device, healthy or not
 	used     int // GPUs of ledger jobs on the host
 	inflight int // GPUs of decisions not yet applied
-	// stray counts GPUs the worker says an attempt holds that the ledger
-	// does not place there (a job still ending after it was declared lost).
-	stray int
-	info  wire.Host
+	// held counts the usable GPUs (of capacity) the heartbeat shows each
+	// attempt holding, whatever the ledger thinks of that attempt; heldAll
+	// is their sum.
+	held    map[attemptKey]int
+	heldAll int
+	// covered is the part of heldAll held by the attempts the ledger
+	// places on the host, at most each one's GPUs: those GPUs are already
+	// in used. The rest is stray.
+	covered int
+	info    wire.Host
 }
 
-func (h *hostState) free() int { return max(h.capacity-h.used-h.inflight-h.stray, 0) }
+type attemptKey struct {
+	job     string
+	attempt int
+}
+
+// stray counts GPUs the heartbeat shows held by attempts the ledger does not
+// place on the host: a job still ending after it was declared lost, one a
+// restarted worker runs from a stale order, or one whose end the ledger has
+// applied but the heartbeat does not show yet.
+func (h *hostState) stray() int { return h.heldAll - h.covered }
+
+// free counts the GPUs a new job may take now: usable, held by no attempt
+// the heartbeat shows, not kept for a ledger job that has not claimed its
+// GPUs yet, nor for a decision in flight.
+func (h *hostState) free() int { return max(h.capacity-h.used-h.inflight-h.stray(), 0) }
+
+// count adds a ledger placement of attempt k on GPUs to the host's counts,
+// or takes it off with sign -1.
+func (h *hostState) count(k attemptKey, gpus, sign int) {
+	h.used += sign * gpus
+	h.covered += sign * min(gpus, h.held[k])
+}
 
 type placement struct {
 	host    string
@@ -123,6 +154,7 @@ func NewCore(cfg CoreConfig) *Core {
 		missingSince:     map[string]time.Time{},
 		admitSent:        map[string]time.Time{},
 		shadows:          map[string]Shadow{},
+		refused:          map[string]*refusals{},
 	}
 	c.usage = newUsage(c.cfg.HalfLife)
 	c.queue = NewQueue(c.share)
@@ -156,12 +188,19 @@ func (c *Core) Load(s *ledger.State) {
 	c.perAcct = map[string]*load{}
 	c.weights = map[string]int{}
 	for _, h := range c.hosts {
-		h.used, h.inflight = 0, 0
+		h.used, h.inflight, h.covered = 0, 0, 0
+	}
+	c.refused = map[string]*refusals{}
+	for host, r := range refusalsFrom(s) {
+		c.rebackoff(host, r)
 	}
 	for id, a := range s.Accounts {
 		c.weights[id] = a.Weight
 	}
-	for _, j := range s.Jobs {
+	// In job order: usage is a float sum, and no map order may reach a
+	// decision.
+	for _, id := range slices.Sorted(maps.Keys(s.Jobs)) {
+		j := s.Jobs[id]
 		for _, a := range j.Attempts {
 			c.usage.add(j.Account, attemptUsage(a), a.EndedAt)
 		}
@@ -183,6 +222,9 @@ func (c *Core) Observe(s *ledger.State, cmd ledger.Command, res ledger.Result) {
 		if in := c.inflight[d.Job]; in != nil && in.attempt == d.Attempt {
 			c.forget(in)
 		}
+	}
+	if r, ok := cmd.(ledger.Report); ok && slices.Contains(res.Changed, ledger.Key{Kind: ledger.KeyJob, ID: r.Job}) {
+		c.observeReport(s.Jobs[r.Job], r)
 	}
 	for _, k := range res.Changed {
 		switch k.Kind {
@@ -210,7 +252,7 @@ func (c *Core) Observe(s *ledger.State, cmd ledger.Command, res ledger.Result) {
 func (c *Core) index(j *ledger.Job) {
 	if p, ok := c.onHost[j.ID]; ok && (!j.State.OnHost() || p.host != j.Host || p.attempt != j.Attempt) {
 		if h := c.hosts[p.host]; h != nil {
-			h.used -= p.gpus
+			h.count(attemptKey{j.ID, p.attempt}, p.gpus, -1)
 		}
 		delete(c.onHost, j.ID)
 		delete(c.missingSince, j.ID)
@@ -227,7 +269,7 @@ func (c *Core) index(j *ledger.Job) {
 			p = placement{host: j.Host, account: j.Account, gpus: j.GPUs, attempt: j.Attempt,
 				estimate: float64(j.GPUs) * j.Walltime.Seconds(), at: j.DispatchedAt}
 			if h := c.hosts[j.Host]; h != nil {
-				h.used += j.GPUs
+				h.count(attemptKey{j.ID, j.Attempt}, j.GPUs, 1)
 			}
 			c.usage.add(j.Account, p.estimate, p.at)
 			c.queue.FixAccount(j.Account)
@@ -257,16 +299,13 @@ func (c *Core) index(j *ledger.Job) {
 }
 
 // SetHost records a host's latest heartbeat, received at now. An attempt
-// the heartbeat does not list starts its grace period as missing.
+// the heartbeat does not list starts its grace period as missing. A device
+// the heartbeat shows held by an attempt, busy with a foreign process or
+// unhealthy is not free, whatever the ledger says runs there.
 func (c *Core) SetHost(h wire.Host, now time.Time) {
 	hs := c.hosts[h.Host]
 	if hs == nil {
 		hs = &hostState{name: h.Host}
-		for _, p := range c.onHost {
-			if p.host == h.Host {
-				hs.used += p.gpus
-			}
-		}
 		for _, d := range c.inflight {
 			if d.host == h.Host {
 				hs.inflight += d.gpus
@@ -275,10 +314,18 @@ func (c *Core) SetHost(h wire.Host, now time.Time) {
 		c.hosts[h.Host] = hs
 	}
 	hs.capacity, hs.total, hs.info = h.Capacity(), len(h.Devices), h
-	hs.stray = 0
+	hs.held, hs.heldAll = map[attemptKey]int{}, 0
 	for _, d := range h.Devices {
-		if p, ok := c.onHost[d.Job]; d.Job != "" && d.Healthy && (!ok || p.host != h.Host || p.attempt != d.Attempt) {
-			hs.stray++
+		// A busy or unhealthy device is already outside capacity.
+		if d.Job != "" && d.Healthy && !d.Busy {
+			hs.held[attemptKey{d.Job, d.Attempt}]++
+			hs.heldAll++
+		}
+	}
+	hs.used, hs.covered = 0, 0
+	for job, p := range c.onHost {
+		if p.host == h.Host {
+			hs.count(attemptKey{job, p.attempt}, p.gpus, 1)
 		}
 	}
 	delete(c.goneSince, h.Host)
@@ -360,13 +407,19 @@ func (c *Core) forget(d *decision) {
 }
 
 // retryAt returns when a pending job that has failed attempts may be
-// dispatched again: its last attempt's end plus the retry delay.
+// dispatched again: the end of its last attempt that failed, plus the retry
+// delay. A busy refusal is not a failure and starts no delay (the host that
+// refused is backed off instead).
 func (c *Core) retryAt(j *ledger.Job) time.Time {
-	if j.Failures == 0 || len(j.Attempts) == 0 {
+	if j.Failures == 0 {
 		return time.Time{}
 	}
-	last := j.Attempts[len(j.Attempts)-1]
-	return last.EndedAt.Add(c.cfg.Retry.Delay(j.ID, j.Failures))
+	for i := len(j.Attempts) - 1; i >= 0; i-- {
+		if a := j.Attempts[i]; a.Reason != ledger.ReasonHostBusy {
+			return a.EndedAt.Add(c.cfg.Retry.Delay(j.ID, j.Failures))
+		}
+	}
+	return time.Time{}
 }
 
 // Decide returns the decisions to publish now: dispatches of pending jobs to
@@ -379,24 +432,34 @@ func (c *Core) retryAt(j *ledger.Job) time.Time {
 // oldest. An account at its running-jobs cap is set aside for the pass; a
 // job over its account's GPU cap or in its retry delay is skipped. Among
 // hosts with room, a job goes to the one whose free GPUs fit it most
-// tightly. The first job that fits no host now gets a backfill reservation
-// (EASY): later jobs start only where and while they leave it whole.
+// tightly; a host that refused an order is backed off (see [Core.BackedOff])
+// and gets none. The first job that fits no host now gets a backfill
+// reservation (EASY): later jobs start only where and while they leave it
+// whole.
 func (c *Core) Decide(s *ledger.State, now time.Time) []ledger.Command {
 	var out []ledger.Command
 	out = append(out, c.lost(s, now)...)
 	out = append(out, c.admits(s, now)...)
+	var expired []*decision
 	for _, d := range c.inflight {
 		if now.Sub(d.at) > c.cfg.DecisionTimeout {
-			c.forget(d)
-			if j := s.Jobs[d.job]; j != nil {
-				c.index(j)
-			}
+			expired = append(expired, d)
+		}
+	}
+	// In job order: forgetting adjusts usage, a float sum.
+	slices.SortFunc(expired, func(a, b *decision) int { return cmp.Compare(a.job, b.job) })
+	for _, d := range expired {
+		c.forget(d)
+		if j := s.Jobs[d.job]; j != nil {
+			c.index(j)
 		}
 	}
 	clear(c.shadows)
 	totalFree, largest := 0, 0
 	for _, h := range c.hosts {
-		totalFree += h.free()
+		if !c.backedOff(h.name, now) {
+			totalFree += h.free()
+		}
 		largest = max(largest, h.total)
 	}
 	var shadow *Shadow
@@ -491,7 +554,7 @@ func (c *Core) place(j *ledger.Job, now time.Time, shadow *Shadow) *hostState {
 	var best *hostState
 	for _, h := range c.hosts {
 		f := h.free()
-		if f < j.GPUs {
+		if f < j.GPUs || c.backedOff(h.name, now) {
 			continue
 		}
 		if shadow != nil && shadow.rulesOut(h.name, j, now) {
@@ -561,18 +624,25 @@ func (c *Core) shadow(j *ledger.Job, now time.Time, ends endings) *Shadow {
 		// host is only stricter.
 		free := max(h.capacity-h.used-h.inflight, 0)
 		at := now
-		for _, e := range ends[h.name] {
-			if free >= j.GPUs {
-				break
-			}
-			free += e.gpus
-			at = e.at
+		if until := c.backoffUntil(h.name); until.After(at) {
+			at = until // the host takes nothing before its backoff ends
+		}
+		es, i := ends[h.name], 0
+		for ; i < len(es) && free < j.GPUs; i++ {
+			free += es[i].gpus
+			at = later(at, es[i].at)
 		}
 		if free < j.GPUs {
 			continue
 		}
-		s := Shadow{Job: j.ID, Host: h.name, At: at, Spare: max(free-j.GPUs-h.stray, 0)}
-		if best == nil || s.At.Before(best.At) || s.At.Equal(best.At) && s.Spare < best.Spare {
+		// GPUs that free at that same moment are free then too (and
+		// whichever order endings at one moment were listed in, the
+		// spare is the same).
+		for ; i < len(es) && !es[i].at.After(at); i++ {
+			free += es[i].gpus
+		}
+		s := Shadow{Job: j.ID, Host: h.name, At: at, Spare: max(free-j.GPUs-h.stray(), 0)}
+		if best == nil || s.At.Before(best.At) || s.At.Equal(best.At) && (s.Spare < best.Spare || s.Spare == best.Spare && s.Host < best.Host) {
 			best = &s
 		}
 	}
@@ -718,5 +788,20 @@ func (c *Core) NextWake(s *ledger.State, now time.Time) time.Time {
 	for _, since := range c.goneSince {
 		soon(since.Add(c.cfg.LostAfter))
 	}
+	for host := range c.refused {
+		soon(c.backoffUntil(host))
+	}
 	return next
+}
+
+// backedOff reports whether host is in its backoff at now.
+func (c *Core) backedOff(host string, now time.Time) bool {
+	return now.Before(c.backoffUntil(host))
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

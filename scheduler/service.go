@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/subjects"
 	"github.com/gpuq/gpuq/wire"
@@ -47,8 +49,10 @@ type Config struct {
 	// scheduler trims them. Entries not yet applied are never trimmed.
 	// Defaults to 24h; a negative value disables trimming.
 	RetainApplied time.Duration
-	// StepDownWait is how long a scheduler that lost the lease waits before
-	// contending again. Defaults to 1s.
+	// StepDownWait is how long a scheduler whose term ended (the lease
+	// lost, a write fenced or failed) waits before contending again; it
+	// doubles after each term in a row that fails before leading for a
+	// lease TTL, up to 15s. Defaults to 1s.
 	StepDownWait time.Duration
 	// Hooks are for tests.
 	Hooks Hooks
@@ -133,38 +137,164 @@ func New(cfg Config) (*Service, error) {
 }
 
 // Run contends for the lease and leads while it holds it, until ctx ends.
-// A leader that loses the lease or finds its writes fenced steps down and
-// contends again. Run returns nil when ctx ends, [ErrStopped] when a test
-// hook stopped it, and other errors only for failures no new term can mend.
+// It never gives up on a failure that time may mend: while the lease cannot
+// be reached (the server away, a lost quorum) it keeps trying with backoff;
+// a leader whose term fails (the lease lost, a write fenced or timed out,
+// the log or the hosts watch ended, the view not loaded) steps down and
+// contends again, waiting longer after each term in a row that fails early.
+// Each change of state is logged once, not once per try.
+//
+// Run returns nil when ctx ends, [ErrStopped] when a test hook stopped it,
+// an error wrapping [ErrMisconfigured] for a setup no retry can mend, and
+// one wrapping [ErrLogGap] when the command log has lost entries the ledger
+// has not applied, found at the same place by gapTerms terms in a row: no
+// scheduler can fold past them.
 func (s *Service) Run(ctx context.Context) error {
+	var st runState
 	for {
-		if err := s.cfg.Lease.Acquire(ctx); err != nil {
+		if err := s.contend(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
+			s.log.ErrorContext(ctx, "cannot contend for the leader lease; stopping", slog.Any("err", err))
 			return fmt.Errorf("acquire the leader lease: %w", err)
 		}
-		s.log.InfoContext(ctx, "leading")
-		err := s.lead(ctx)
+		began := s.cfg.NowFunc()
+		err := s.lead(ctx, &st)
 		if errors.Is(err, ErrStopped) {
 			return err
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		if rerr := s.cfg.Lease.Release(rctx); rerr != nil {
-			s.log.WarnContext(ctx, "release the leader lease", slog.Any("err", rerr))
+			s.log.Log(ctx, st.level(slog.LevelWarn), "release the leader lease", slog.Any("err", rerr))
 		}
 		cancel()
 		if ctx.Err() != nil {
 			return nil
 		}
-		if errors.Is(err, ErrLogGap) {
-			return err
+		if st.steady || s.cfg.NowFunc().Sub(began) >= s.cfg.Lease.TTL() {
+			st.failed = 0 // the term led steadily before it failed
 		}
-		s.log.WarnContext(ctx, "stepped down", slog.Any("err", err))
+		st.failed++
+		st.steady = false
+		var gap *logGap
+		if errors.As(err, &gap) {
+			if st.gapAt == gap.after {
+				st.gaps++
+			} else {
+				st.gapAt, st.gaps = gap.after, 1
+			}
+			if st.gaps >= gapTerms {
+				s.log.ErrorContext(ctx, "the command log has lost entries the ledger has not applied; no scheduler can fold past them, so this one stops (restore the entries, or rebuild the ledger from a log that has them)",
+					slog.Uint64("missing_from", gap.after+1), slog.Uint64("missing_to", gap.next-1), slog.Int("terms", st.gaps))
+				return err
+			}
+		} else {
+			st.gaps = 0
+		}
+		wait := s.stepDownWait(st.failed)
+		if st.failed == 1 {
+			s.log.WarnContext(ctx, "stepped down; contending again", slog.Any("err", err), slog.Duration("wait", wait))
+		} else {
+			s.log.DebugContext(ctx, "stepped down again", slog.Any("err", err), slog.Int("terms", st.failed), slog.Duration("wait", wait))
+		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(s.cfg.StepDownWait):
+		case <-time.After(wait):
+		}
+	}
+}
+
+// gapTerms is how many terms in a row must find the command log's gap at the
+// same place before Run gives up on it: a gap a new follower does not see
+// again was a fault of the reading, not of the log.
+const gapTerms = 3
+
+// stepDownWaitMax bounds the wait between terms that fail one after another.
+const stepDownWaitMax = 15 * time.Second
+
+// runState is what Run remembers across terms.
+type runState struct {
+	// failed counts the terms in a row that failed before leading
+	// steadily; while it is above zero, the logs of each new term are
+	// quieter.
+	failed int
+	// steady is set once the current term has led for a lease TTL.
+	steady bool
+	// gaps counts the terms in a row that found the log's gap after
+	// gapAt.
+	gaps  int
+	gapAt uint64
+}
+
+// level is lvl, or Debug while terms keep failing early: the first failure
+// and the first retry were logged, and each further retry is not news.
+func (st *runState) level(lvl slog.Level) slog.Level {
+	if st.failed >= 2 {
+		return slog.LevelDebug
+	}
+	return lvl
+}
+
+// stepDownWait is the wait before contending again after failed terms in a
+// row: StepDownWait, doubling with each, at most stepDownWaitMax.
+func (s *Service) stepDownWait(failed int) time.Duration {
+	d := s.cfg.StepDownWait
+	for i := 1; i < failed && d < stepDownWaitMax; i++ {
+		d *= 2
+	}
+	return min(d, max(stepDownWaitMax, s.cfg.StepDownWait))
+}
+
+// Backoff between tries to reach the lease while it cannot be reached.
+const (
+	contendRetryMin = 100 * time.Millisecond
+	contendRetryMax = 5 * time.Second
+)
+
+// contend blocks until this scheduler holds the lease, ctx ends, or the
+// lease turns out misconfigured. While another scheduler holds it, it tries
+// again every quarter TTL (at most every 250ms); while the lease cannot be
+// reached, it tries again with backoff for as long as it takes. It logs each
+// change once: cannot reach the lease, reachable again, standing by.
+func (s *Service) contend(ctx context.Context) error {
+	poll := min(s.cfg.Lease.TTL()/4, 250*time.Millisecond)
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(contendRetryMin), backoff.WithMaxInterval(contendRetryMax),
+		backoff.WithMaxElapsedTime(0))
+	unreachable, standing := false, false
+	for {
+		held, err := s.cfg.Lease.TryAcquire(ctx)
+		wait := poll
+		switch {
+		case err == nil:
+			if unreachable {
+				s.log.InfoContext(ctx, "lease reachable again")
+				unreachable = false
+				b.Reset()
+			}
+			if held {
+				return nil
+			}
+			if !standing {
+				s.log.InfoContext(ctx, "another scheduler leads; standing by")
+				standing = true
+			}
+		case errors.Is(err, ErrMisconfigured):
+			return err
+		case ctx.Err() != nil:
+			return ctx.Err()
+		default:
+			if !unreachable {
+				s.log.WarnContext(ctx, "cannot reach the lease; retrying", slog.Any("err", err))
+				unreachable = true
+			}
+			wait = b.NextBackOff()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
 		}
 	}
 }
@@ -182,16 +312,57 @@ type term struct {
 	msgs    []wire.Message
 	caught  bool // the last folded entry was the log's last
 	samples []sample
+	// expectBy is set when the term stores decisions on the log, which the
+	// follower must then deliver: the term ends if nothing comes by then.
+	expectBy time.Time
+	// publishing and trimming are failing while their last try failed.
+	publishing, trimming spell
 }
+
+// spell remembers whether something that is retried later is failing, so
+// that a spell of failures is logged once (at warn) and its end once.
+type spell bool
+
+func (f *spell) failed(log *slog.Logger, msg string, args ...any) {
+	if *f {
+		log.Debug(msg, args...)
+		return
+	}
+	*f = true
+	log.Warn(msg, args...)
+}
+
+func (f *spell) ok(log *slog.Logger, msg string) {
+	if *f {
+		*f = false
+		log.Info(msg)
+	}
+}
+
+// logGap is a gap in the command log: entry next came after entry after.
+type logGap struct{ after, next uint64 }
+
+func (g *logGap) Error() string {
+	return fmt.Sprintf("entry %d follows %d, so entries %d to %d are missing: %v", g.next, g.after, g.after+1, g.next-1, ErrLogGap)
+}
+
+func (g *logGap) Unwrap() error { return ErrLogGap }
 
 type sample struct {
 	seq uint64
 	at  time.Time
 }
 
+// followStallTimeout is how long a term waits for the command log to deliver
+// anything after it stored decisions on it, before it takes its follower for
+// stuck and ends.
+const followStallTimeout = 15 * time.Second
+
 // lead runs one term. It returns when ctx ends, the lease is lost, a write
 // is fenced, or the log or a store fails.
-func (s *Service) lead(ctx context.Context) error {
+func (s *Service) lead(ctx context.Context, st *runState) error {
+	began := s.cfg.NowFunc()
+	s.log.Log(ctx, st.level(slog.LevelDebug), "lease acquired; loading the ledger")
 	view, err := s.cfg.Store.Load(ctx)
 	if err != nil {
 		return fmt.Errorf("load the ledger view: %w", err)
@@ -199,8 +370,6 @@ func (s *Service) lead(ctx context.Context) error {
 	t := &term{s: s, state: view.State, core: NewCore(s.cfg.Core), applied: view.Checkpoint,
 		ahead: view.Ahead, marked: map[ledger.Key]bool{}}
 	t.core.Load(t.state)
-	s.log.InfoContext(ctx, "ledger loaded", slog.Uint64("checkpoint", view.Checkpoint), slog.Uint64("ahead", view.Ahead),
-		slog.Int("accounts", len(t.state.Accounts)), slog.Int("jobs", len(t.state.Jobs)))
 
 	tctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -213,6 +382,8 @@ func (s *Service) lead(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("watch hosts: %w", err)
 	}
+	s.log.Log(ctx, st.level(slog.LevelInfo), "leading", slog.Uint64("checkpoint", view.Checkpoint), slog.Uint64("ahead", view.Ahead),
+		slog.Int("accounts", len(t.state.Accounts)), slog.Int("jobs", len(t.state.Jobs)))
 	if s.cfg.Hooks.Leading != nil {
 		s.cfg.Hooks.Leading()
 	}
@@ -252,11 +423,23 @@ func (s *Service) lead(ctx context.Context) error {
 			}
 			t.host(u)
 		case <-tick.C:
+			if err := fol.Err(); err != nil && len(fol.C()) == 0 {
+				return fmt.Errorf("command log: %w", err)
+			}
 			if len(fol.C()) == 0 && len(t.changed) == 0 && len(t.msgs) == 0 {
 				t.caught = true
 			}
 		}
 		now := s.cfg.NowFunc()
+		if !st.steady && now.Sub(began) >= s.cfg.Lease.TTL() {
+			if st.failed >= 2 {
+				s.log.InfoContext(ctx, "leading steadily again", slog.Int("failed_terms", st.failed))
+			}
+			st.steady, st.failed = true, 0
+		}
+		if !t.expectBy.IsZero() && now.After(t.expectBy) {
+			return fmt.Errorf("the command log delivered nothing for %v after this term stored decisions on it: its follower is stuck", followStallTimeout)
+		}
 		if now.Sub(lastRenew) >= renewEvery {
 			if err := s.cfg.Lease.Renew(ctx); err != nil {
 				return fmt.Errorf("renew the leader lease: %w", err)
@@ -281,8 +464,9 @@ func (s *Service) lead(ctx context.Context) error {
 // fold applies one log entry to the term's state.
 func (t *term) fold(e Entry) error {
 	if e.Seq != t.applied+1 {
-		return fmt.Errorf("entry %d follows %d: %w", e.Seq, t.applied, ErrLogGap)
+		return &logGap{after: t.applied, next: e.Seq}
 	}
+	t.expectBy = time.Time{}
 	cmd, err := wire.DecodeCommand(t.s.cfg.Names, e.Subject, e.Data)
 	if err != nil {
 		var de *wire.DecodeError
@@ -426,11 +610,15 @@ func (t *term) decide(ctx context.Context, now time.Time) {
 		sent = append(sent, c)
 	}
 	if err := t.s.cfg.Publisher.Publish(ctx, msgs); err != nil {
-		t.s.log.Warn("publish decisions", slog.Int("decisions", len(msgs)), slog.Any("err", err))
+		t.publishing.failed(t.s.log, "cannot publish decisions; deciding again later", slog.Int("decisions", len(msgs)), slog.Any("err", err))
 		for _, c := range sent {
 			t.core.Abandon(t.state, c)
 		}
 		return
+	}
+	t.publishing.ok(t.s.log, "publishing decisions again")
+	if t.expectBy.IsZero() {
+		t.expectBy = now.Add(followStallTimeout)
 	}
 	t.s.log.Debug("decided", slog.Int("decisions", len(sent)))
 }
@@ -447,8 +635,9 @@ func (t *term) trim(ctx context.Context, now time.Time) {
 		return
 	}
 	if err := t.s.cfg.Log.Trim(ctx, t.samples[cut].seq); err != nil {
-		t.s.log.Warn("trim the command log", slog.Any("err", err))
+		t.trimming.failed(t.s.log, "cannot trim the command log; trying again later", slog.Any("err", err))
 		return
 	}
+	t.trimming.ok(t.s.log, "trimming the command log again")
 	t.samples = append(t.samples[:0], t.samples[cut+1:]...)
 }

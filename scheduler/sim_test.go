@@ -101,6 +101,9 @@ type sim struct {
 	picks      int                  // dispatches so far
 	// onStep runs after every applied command.
 	onStep func()
+	// orders, if set, plays the workers' part for every order instead of
+	// start.
+	orders func(ledger.Effect)
 }
 
 func newSim(t *testing.T, seed uint64, cfg scheduler.CoreConfig) *sim {
@@ -147,7 +150,15 @@ func (s *sim) apply(cmd ledger.Command) ledger.Result {
 				}
 			}
 		case ledger.DispatchOrder:
-			s.start(e)
+			if s.orders != nil {
+				s.orders(e)
+			} else {
+				s.start(e)
+			}
+		case ledger.CancelOrder:
+			if s.orders != nil {
+				s.orders(e)
+			}
 		}
 	}
 	if s.onStep != nil {

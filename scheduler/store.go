@@ -24,6 +24,11 @@ var ErrLeaseLost = errors.New("scheduler: leader lease lost")
 // not applied.
 var ErrLogGap = errors.New("scheduler: command log has a gap")
 
+// ErrMisconfigured reports a failure no retry can mend: the lease or store is
+// set up wrong (a bucket without per-key TTLs, a connection closed for good).
+// [Service.Run] returns it rather than retry forever.
+var ErrMisconfigured = errors.New("scheduler: misconfigured")
+
 // View is the ledger as stored, made consistent as of its checkpoint: every
 // record is the version that reflects exactly the commands up to Checkpoint,
 // even where a crash left later versions stored.
@@ -61,8 +66,11 @@ type Store interface {
 
 // Lease is the leader lease. Exactly one scheduler holds it at a time.
 type Lease interface {
-	// Acquire blocks until this scheduler holds the lease or ctx ends.
-	Acquire(ctx context.Context) error
+	// TryAcquire tries once to take the lease: true if this scheduler
+	// holds it now, false if another does. An error means the lease could
+	// not be reached (the server away, a timeout) and the caller tries
+	// again later, unless it wraps [ErrMisconfigured].
+	TryAcquire(ctx context.Context) (bool, error)
 	// Renew extends the lease. It returns an error wrapping [ErrLeaseLost]
 	// if another scheduler holds it.
 	Renew(ctx context.Context) error

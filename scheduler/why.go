@@ -1,7 +1,10 @@
 package scheduler
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpuq/gpuq/ledger"
@@ -10,11 +13,13 @@ import (
 
 // Blocker is one reason a pending job is not running yet.
 type Blocker struct {
-	// Kind is machine-readable: "backoff", "max_running_jobs",
-	// "max_running_gpus", "no_hosts", "too_wide", "no_free_gpus", "queue",
-	// "backfill_reserved" (the job holds the backfill reservation: when it
-	// starts at the latest), "backfill_blocked" (it would delay the job that
-	// holds it), and for a held job "credits" and "held_behind".
+	// Kind is machine-readable: "backoff" (its retry delay),
+	// "max_running_jobs", "max_running_gpus", "no_hosts", "too_wide",
+	// "no_free_gpus", "host_backoff" (the only hosts with room refused
+	// orders and are backed off), "queue", "backfill_reserved" (the job
+	// holds the backfill reservation: when it starts at the latest),
+	// "backfill_blocked" (it would delay the job that holds it), and for a
+	// held job "credits" and "held_behind".
 	Kind    string `json:"kind"`
 	Message string `json:"message"`
 }
@@ -23,7 +28,10 @@ type Blocker struct {
 // now, given the ledger, the live hosts' heartbeats and the scheduler's
 // configuration: for a held job, when the refill lets its account pay; for a
 // pending one, its retry delay, its account's caps, the hosts (none, none
-// wide enough, none with enough free GPUs), and the jobs queued ahead of it.
+// wide enough, none with enough free GPUs, those with room backed off after
+// refusing orders), and the jobs queued ahead of it. Free GPUs are counted
+// as Decide counts them: a GPU a heartbeat shows held by any attempt is not
+// free.
 // It applies the rules Decide does, and reports all that apply, not just
 // the first. An empty list means nothing holds the job back: the next
 // decision round will dispatch it.
@@ -39,6 +47,10 @@ func Explain(s *ledger.State, hosts []wire.Host, id string, now time.Time, cfg C
 		return nil, fmt.Errorf("job %s is %s, not waiting", id, j.State)
 	}
 	core := NewCore(cfg)
+	core.Load(s)
+	for _, h := range hosts {
+		core.SetHost(h, now)
+	}
 	var out []Blocker
 	add := func(kind, format string, args ...any) {
 		out = append(out, Blocker{Kind: kind, Message: fmt.Sprintf(format, args...)})
@@ -61,11 +73,26 @@ func Explain(s *ledger.State, hosts []wire.Host, id string, now time.Time, cfg C
 			used[o.Host] += o.GPUs
 		}
 	}
-	largest, mostFree, freest := 0, 0, ""
-	for _, h := range hosts {
+	byName := slices.SortedFunc(slices.Values(hosts), func(a, b wire.Host) int { return cmp.Compare(a.Host, b.Host) })
+	largest, mostFree, freest, strayed := 0, 0, "", ""
+	var backedOff []string // hosts with room for the job, backed off
+	roomNow := false       // some host with room is not backed off
+	for _, h := range byName {
 		largest = max(largest, len(h.Devices))
-		if f := h.Capacity() - used[h.Host]; f > mostFree {
+		hs := core.hosts[h.Host]
+		if f := hs.free(); f > mostFree {
 			mostFree, freest = f, h.Host
+		}
+		if hs.free() < j.GPUs && hs.free()+hs.stray() >= j.GPUs && strayed == "" {
+			strayed = fmt.Sprintf(" (on %s, %d GPUs are held by attempts the ledger does not run there: a job just ended, or a restarted worker's stale runs)", h.Host, hs.stray())
+		}
+		if hs.free() >= j.GPUs {
+			if n, until := core.BackedOff(h.Host); now.Before(until) {
+				backedOff = append(backedOff, fmt.Sprintf("%s refused its last %d orders; it gets no new one until %s (%s from now)",
+					h.Host, n, until.UTC().Format(time.RFC3339Nano), until.Sub(now).Round(time.Millisecond)))
+			} else {
+				roomNow = true
+			}
 		}
 	}
 	switch {
@@ -74,13 +101,14 @@ func Explain(s *ledger.State, hosts []wire.Host, id string, now time.Time, cfg C
 	case j.GPUs > largest:
 		add("too_wide", "it needs %d GPUs; the largest live host has %d (it fails as unplaceable if no larger host joins)", j.GPUs, largest)
 	case mostFree < j.GPUs && freest == "":
-		add("no_free_gpus", "it needs %d GPUs; no host has a free GPU now", j.GPUs)
+		add("no_free_gpus", "it needs %d GPUs; no host has a free GPU now%s", j.GPUs, strayed)
 	case mostFree < j.GPUs:
-		add("no_free_gpus", "it needs %d GPUs; the most free on any host is %d, on %s", j.GPUs, mostFree, freest)
+		add("no_free_gpus", "it needs %d GPUs; the most free on any host is %d, on %s%s", j.GPUs, mostFree, freest, strayed)
+	case !roomNow && len(backedOff) > 0:
+		add("host_backoff", "the hosts with room for it are backed off after refusing orders: %s", strings.Join(backedOff, "; "))
 	}
 	// The queue order, as Decide sees it: priority, then the accounts'
 	// fair shares, then age.
-	core.Load(s)
 	mine := core.share(j.Account)
 	higher, fairer, older := 0, 0, 0
 	fairerAccts := map[string]bool{}
@@ -113,9 +141,6 @@ func Explain(s *ledger.State, hosts []wire.Host, id string, now time.Time, cfg C
 	if cfg.NoBackfill {
 		return out, nil
 	}
-	for _, h := range hosts {
-		core.SetHost(h, now)
-	}
 	for _, d := range core.Decide(s, now) {
 		if d, ok := d.(ledger.Dispatch); ok && d.Job == j.ID {
 			return out, nil // it starts now; nothing else to say
@@ -123,8 +148,12 @@ func Explain(s *ledger.State, hosts []wire.Host, id string, now time.Time, cfg C
 	}
 	shadows := core.Shadows()
 	if sh, ok := shadows[j.ID]; ok {
-		add("backfill_reserved", "it is first in line for %d GPUs: they are reserved for it on %s from %s at the latest (%s from now), when the jobs there reach their walltimes; until then only jobs that leave that reservation whole may start",
-			j.GPUs, sh.Host, sh.At.UTC().Format(time.RFC3339), sh.At.Sub(now).Round(time.Second))
+		when := "when the jobs there reach their walltimes"
+		if _, until := core.BackedOff(sh.Host); sh.At.Equal(until) {
+			when = "when its backoff ends"
+		}
+		add("backfill_reserved", "it is first in line for %d GPUs: they are reserved for it on %s from %s at the latest (%s from now), %s; until then only jobs that leave that reservation whole may start",
+			j.GPUs, sh.Host, sh.At.UTC().Format(time.RFC3339), sh.At.Sub(now).Round(time.Second), when)
 		return out, nil
 	}
 	// The reservation blocks the job if some host has room for it and the

@@ -48,6 +48,7 @@ func TestExplain(t *testing.T) {
 	h.host("h", 2)
 	h.decide()
 	h.apply(ledger.Report{Type: ledger.ReportRejected, Host: "h", Job: "j", Attempt: 1, Reason: "GPU busy"})
+	h.l.Advance(time.Second) // h's backoff after its refusal
 	h.submit("a", "older", 2, 5)
 	h.decide() // older takes both GPUs
 	h.apply(ledger.Admin{Account: "a", ID: "cap", Op: ledger.OpLimits, Limits: ledger.Limits{MaxRunningJobs: 1, MaxRunningGPUs: 3}})

@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -156,7 +158,12 @@ func EncodeSubmit(n subjects.Names, s ledger.Submit) (Message, error) {
 	if s.Walltime > 0 {
 		body.Walltime = s.Walltime.String()
 	}
-	return encode(n.Submit(s.Account), SubmitMsgID(s.Account, s.ID), body)
+	msg, err := encode(n.Submit(s.Account), "", body)
+	if err != nil {
+		return Message{}, err
+	}
+	msg.MsgID = SubmitMsgID(s.Account, s.ID, msg.Data)
+	return msg, nil
 }
 
 // DecodeCancel decodes the body of gpuq.cmd.cancel.<account>.
@@ -465,8 +472,27 @@ func encode(subject, msgID string, body any) (Message, error) {
 // stream's duplicate window. Within the window, a retried publish of the
 // same id is acknowledged as a duplicate and stored once.
 
-// SubmitMsgID is the id of a submission of job by account.
-func SubmitMsgID(account, job string) string { return "submit." + account + "." + job }
+// SubmitMsgID is the id of a submission of job by account with the given
+// body. It ends in a digest of the body, so the server de-duplicates only a
+// publish of the very same terms: a submission with other terms under the
+// same job id reaches the fold, which answers it (duplicate_conflict) instead
+// of the transport answering with the first submission's outcome. A caller
+// that means a new attempt at the same terms (say, after a rejection and a
+// top-up) gives the message a new id: [WithNonce].
+func SubmitMsgID(account, job string, body []byte) string {
+	sum := sha256.Sum256(body)
+	return "submit." + account + "." + job + "." + hex.EncodeToString(sum[:8])
+}
+
+// WithNonce returns msg with nonce added to its de-duplication id. The Go
+// client adds a random nonce to every call, so each call is one command for
+// the fold to judge (the same terms again are the existing job; after a
+// rejection they are evaluated afresh), while a publish the client library
+// retries inside one call keeps its id and is stored once.
+func WithNonce(msg Message, nonce string) Message {
+	msg.MsgID += "." + nonce
+	return msg
+}
 
 // CancelMsgID is the id of a cancel of job by account.
 func CancelMsgID(account, job string) string { return "cancel." + account + "." + job }

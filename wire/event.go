@@ -139,7 +139,9 @@ func EffectMsgID(seq uint64, i int) string {
 	return strconv.FormatUint(seq, 10) + "." + strconv.Itoa(i)
 }
 
-// OrderMsgID is the de-duplication id of a dispatch or cancel order.
+// OrderMsgID is the de-duplication id of a dispatch order, and the start of
+// that of a cancel order, which ends with the log sequence of the command
+// that sent it.
 func OrderMsgID(job string, attempt int, typ string) string {
 	return job + "." + strconv.Itoa(attempt) + "." + typ
 }
@@ -182,7 +184,12 @@ func EncodeEffect(n subjects.Names, seq uint64, at time.Time, i int, e ledger.Ef
 			Type: OrderDispatch, Seq: seq, Job: e.Job, Account: e.Account, Attempt: e.Attempt, GPUs: e.GPUs,
 			Command: e.Command, Env: e.Env, Walltime: e.Walltime.String()})
 	case ledger.CancelOrder:
-		return encode(n.Dispatch(e.Host), OrderMsgID(e.Job, e.Attempt, OrderCancel), orderBody{V: Version,
+		// One attempt may get several cancels, to several hosts (a user's
+		// cancel, then a started report for it from a host that should not
+		// run it): the id names the command, so the stream's duplicate
+		// window drops only a re-sent copy of the same one.
+		id := OrderMsgID(e.Job, e.Attempt, OrderCancel) + "." + strconv.FormatUint(seq, 10)
+		return encode(n.Dispatch(e.Host), id, orderBody{V: Version,
 			Type: OrderCancel, Seq: seq, Job: e.Job, Account: e.Account, Attempt: e.Attempt})
 	}
 	return Message{}, fmt.Errorf("encode effect: unknown type %T", e)

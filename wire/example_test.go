@@ -30,7 +30,7 @@ func Example() {
 		fmt.Println(de.Reason, "-", de)
 	}
 	// Output:
-	// gpuq.cmd.submit.vision submit.vision.train-42
+	// gpuq.cmd.submit.vision submit.vision.train-42.566ec6a12d37a865
 	// {"v":1,"id":"train-42","priority":0,"gpus":2,"cost":120,"command":["python","train.py"],"walltime":"2h0m0s"}
 	// submit <nil>
 	// invalid - submission of train-43 rejected: cost -5 is negative; command is empty; give the program and its arguments

@@ -218,10 +218,10 @@ func TestEncodersRefuseBadCommands(t *testing.T) {
 func TestMsgIDsDoNotCollideAcrossKinds(t *testing.T) {
 	t.Parallel()
 	ids := []string{
-		wire.SubmitMsgID("a", "x"), wire.CancelMsgID("a", "x"), wire.AdminMsgID("a", "x"),
+		wire.SubmitMsgID("a", "x", nil), wire.CancelMsgID("a", "x"), wire.AdminMsgID("a", "x"),
 		wire.ReportMsgID("x", "x", 1, ledger.ReportDone), wire.DispatchMsgID("x", 1), wire.LostMsgID("x", 1), wire.UnplaceableMsgID("x"),
 		wire.AdmitMsgID("x", time.Unix(0, 1)), wire.PricingMsgID("x"),
-		wire.SubmitMsgID("b", "x"),
+		wire.SubmitMsgID("b", "x", nil),
 	}
 	seen := map[string]bool{}
 	for _, id := range ids {
@@ -248,7 +248,7 @@ func TestCommandMsgIDs(t *testing.T) {
 		{ledger.Lost{Job: "j", Attempt: 2, Reason: "heartbeat expired"}, "lost.j.2"},
 		{ledger.Admin{Account: "vision", ID: "op", Op: ledger.OpGrant, Amount: 5}, "admin.vision.op"},
 		{ledger.Report{Type: ledger.ReportDone, Host: "h", Job: "j", Attempt: 2}, "report.h.j.2.done"},
-		{ledger.Submit{Account: "vision", ID: "j", GPUs: 1, Command: []string{"x"}}, "submit.vision.j"},
+		{ledger.Submit{Account: "vision", ID: "j", GPUs: 1, Command: []string{"x"}}, "submit.vision.j.a62195010a568fce"},
 	} {
 		msg, err := encodeCommand(tt.cmd)
 		if err != nil {
@@ -302,7 +302,7 @@ func TestEncodeEffects(t *testing.T) {
 				return err
 			}},
 		{ledger.CancelOrder{Host: "h", Job: "j", Account: "a", Attempt: 2},
-			n.Dispatch("h"), "j.2.cancel", n.DispatchStream(), func(d []byte) error {
+			n.Dispatch("h"), "j.2.cancel.7", n.DispatchStream(), func(d []byte) error {
 				o, _, err := wire.DecodeOrder("h", d)
 				if err == nil && o != (ledger.CancelOrder{Host: "h", Job: "j", Account: "a", Attempt: 2}) {
 					err = errors.New("order changed: " + string(d))
@@ -353,5 +353,42 @@ func TestDecodeOrderRejectsBadOrders(t *testing.T) {
 		if _, _, err := wire.DecodeOrder("h", []byte(body)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("DecodeOrder(%s) = %v, want it to say %q", body, err, want)
 		}
+	}
+}
+
+// TestSubmitMsgIDFollowsTheTerms: the server de-duplicates a submission only
+// when its terms are the same bytes, so a resubmission with another command
+// or GPU count under the same job id reaches the fold instead of being
+// answered with the first submission's outcome; a nonce makes a new call of
+// the same terms a new command.
+func TestSubmitMsgIDFollowsTheTerms(t *testing.T) {
+	t.Parallel()
+	base := ledger.Submit{Account: "vision", ID: "train-1", GPUs: 2, Cost: 10, Command: []string{"python", "train.py"}}
+	id := func(s ledger.Submit) string {
+		t.Helper()
+		msg, err := wire.EncodeSubmit(n, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return msg.MsgID
+	}
+	if a, b := id(base), id(base); a != b {
+		t.Errorf("the same terms gave ids %q and %q", a, b)
+	}
+	other := base
+	other.Command = []string{"python", "eval.py"}
+	wider := base
+	wider.GPUs = 4
+	for _, s := range []ledger.Submit{other, wider} {
+		if id(s) == id(base) {
+			t.Errorf("terms %+v share the id %q of %+v", s, id(base), base)
+		}
+	}
+	msg, err := wire.EncodeSubmit(n, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := wire.WithNonce(msg, "n1").MsgID, wire.WithNonce(msg, "n2").MsgID; a == b || a == msg.MsgID {
+		t.Errorf("nonces gave ids %q and %q from %q", a, b, msg.MsgID)
 	}
 }

@@ -11,6 +11,11 @@ import (
 // ErrNotEnoughGPUs reports a claim the host cannot satisfy now.
 var ErrNotEnoughGPUs = errors.New("worker: not enough free GPUs")
 
+// ErrGPUsBusy reports a claim the host could satisfy but for GPUs in use: it
+// has enough healthy devices, and some are held by another attempt or used
+// by processes gpuq did not start. It wraps ErrNotEnoughGPUs.
+var ErrGPUsBusy = fmt.Errorf("%w: enough are healthy, but some are in use", ErrNotEnoughGPUs)
+
 // Attempt names one dispatch of a job.
 type Attempt struct {
 	Job string
@@ -36,6 +41,13 @@ type Claims struct {
 // maxUsedMiB of memory in use is busy.
 func NewClaims(gpu GPU, maxUsedMiB int64) *Claims {
 	return &Claims{gpu: gpu, maxUsedMiB: maxUsedMiB, holder: map[string]Attempt{}, unhealthy: map[string]string{}}
+}
+
+// usable reports whether d could be claimed if nothing used it: it can be
+// queried, is healthy and not in MIG mode, and its processes can be read.
+// Holds c.mu.
+func (c *Claims) usable(d Device) bool {
+	return d.Err == "" && c.unhealthy[d.UUID] == "" && !d.MIG && d.Processes >= 0
 }
 
 // why returns why d cannot be claimed now, or "" if it is free. Holds c.mu.
@@ -76,7 +88,11 @@ func (c *Claims) Claim(a Attempt, n int) ([]Device, error) {
 	}
 	var free []Device
 	var passed []string
+	usable := 0
 	for _, d := range devs {
+		if c.usable(d) {
+			usable++
+		}
 		if reason := c.why(d); reason != "" {
 			passed = append(passed, d.UUID+": "+reason)
 			continue
@@ -84,8 +100,12 @@ func (c *Claims) Claim(a Attempt, n int) ([]Device, error) {
 		free = append(free, d)
 	}
 	if len(free) < n {
+		why := ErrNotEnoughGPUs
+		if usable >= n {
+			why = ErrGPUsBusy
+		}
 		return nil, fmt.Errorf("%s needs %d GPUs, %d of %d are free (%s): %w",
-			a, n, len(free), len(devs), strings.Join(passed, "; "), ErrNotEnoughGPUs)
+			a, n, len(free), len(devs), strings.Join(passed, "; "), why)
 	}
 	free = free[:n]
 	for _, d := range free {

@@ -14,23 +14,44 @@
 //
 // # Order of work
 //
-// For each dispatch the worker claims, records the attempt on local disk,
-// reports started (retrying until the server has stored it), sets the
-// process starting on its own goroutine, and then acks the order. No
-// process starts before its started report is stored: a worker that is
-// stopping and cannot store it leaves the order unacked and the process
-// unstarted. A redelivered order for an attempt running here is acked
-// again; one for an attempt this host took before a restart is refused
-// rather than run twice, and the scheduler retries it. A done report says
-// the exit code and runtime; an attempt ended by the infrastructure (an Xid
-// on its GPU, a drain past its timeout) says so, and is retried without
-// charge.
+// For each dispatch the worker first confirms the order: it reads the job's
+// record in the ledger, which the scheduler writes (this attempt,
+// dispatched to this host) before it sends the order. An order whose
+// attempt is no longer current (declared lost while the worker was away and
+// retried elsewhere, cancelled, finished) is acked and dropped without
+// running and without a report; a record not caught up yet is read again
+// for a while; while the server cannot be reached the read is retried, and
+// no order starts unconfirmed. Then the worker claims, records the attempt
+// on local disk, reports started (retrying until the server has stored
+// it), sets the process starting on its own goroutine, and then acks the
+// order. No process starts before its started report is stored: a worker
+// that is stopping and cannot store it leaves the order unacked and the
+// process unstarted. A redelivered order for an attempt running here is
+// acked again; one for an attempt this host took before a restart is
+// refused rather than run twice, and the scheduler retries it. An order
+// for GPUs that are healthy but in use is refused as busy, which does not
+// spend one of the job's attempts. When a process ends its GPUs are freed
+// at once, then the done report says the exit code and runtime; an attempt
+// ended by the infrastructure (an Xid on its GPU, a drain past its
+// timeout) says so, and is retried without charge. A cancel order stops
+// the attempt it names, whether the job was cancelled or the attempt
+// started here after the scheduler had moved on.
+//
+// # Outages
+//
+// The worker rides out every outage of the server for as long as it lasts:
+// it waits for the orders stream at start, reads its orders again when
+// their stream fails, and retries heartbeats and reports; each kind of
+// failure is logged once when it begins and once when it ends. Running
+// jobs keep running meanwhile; their reports are stored when the server
+// is back. The worker exits only when stopped, or when it cannot start for
+// a reason of its own, which it explains.
 //
 // # What it does not do
 //
-// The worker never reads or writes the ledger: it is told what to run and
-// reports what happened, and the scheduler's fold decides what the reports
-// mean. CUDA_VISIBLE_DEVICES is not a security boundary; run untrusted jobs
+// The worker never writes the ledger, and reads only the record of a job it
+// is told to run: it is told what to run and reports what happened, and the
+// scheduler's fold decides what the reports mean. CUDA_VISIBLE_DEVICES is not a security boundary; run untrusted jobs
 // in containers.
 //
 // The GPU library is behind [GPU]; internal/nvmlgpu implements it over

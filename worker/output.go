@@ -69,15 +69,20 @@ func (o *output) flushEvery(interval time.Duration) {
 }
 
 // sendLocked numbers c and publishes it. Output is not worth blocking a job
-// for: a chunk that cannot be published is logged and dropped. o.mu is held.
+// for: a chunk that cannot be published is dropped, and the worker logs
+// once that output is being lost, and once when it is stored again. o.mu
+// is held.
 func (o *output) sendLocked(c wire.LogChunk) {
 	o.seq++
 	c.Job, c.Attempt, c.Seq = o.a.Job, o.a.N, o.seq
 	ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
 	defer cancel()
 	if err := o.w.cfg.Bus.Log(ctx, c); err != nil {
-		o.w.log.Warn("job output dropped", slog.String("job_id", c.Job), slog.Int("attempt", c.Attempt), slog.Int("bytes", len(c.Data)), slog.Any("err", err))
+		o.w.log.Debug("job output dropped", slog.String("job_id", c.Job), slog.Int("attempt", c.Attempt), slog.Int("bytes", len(c.Data)), slog.Any("err", err))
+		o.w.output.fail(err)
+		return
 	}
+	o.w.output.ok()
 }
 
 // note adds a line of gpuq's own to the attempt's stderr.

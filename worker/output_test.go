@@ -20,8 +20,9 @@ func TestOutputKeepsOrderAndEndsLast(t *testing.T) {
 	t.Parallel()
 	const attempts, writes = 500, 20
 	bus := newFakeBus()
+	log := slog.New(slog.NewTextHandler(t.Output(), nil))
 	w := &Worker{cfg: Config{Bus: bus, LogFlush: time.Microsecond, LogChunkBytes: 4, MaxLogBytes: 1 << 20},
-		log: slog.New(slog.NewTextHandler(t.Output(), nil))}
+		log: log, output: newOutage(log, "output down", "output up")}
 	// Writes of 5 and 6 bytes leave part of a chunk behind for the flusher.
 	text := func(stream string, i int) string { return fmt.Sprintf("%.3s%d,", stream, i) }
 	for n := 1; n <= attempts; n++ {

@@ -31,10 +31,21 @@ type Order struct {
 	Term func(ctx context.Context, reason string) error
 }
 
+// ErrBadRecord reports a job record that cannot be decoded.
+var ErrBadRecord = errors.New("worker: undecodable job record")
+
 // Bus is the worker's link to JetStream. internal/natsbus implements it.
 type Bus interface {
-	// Orders delivers the host's orders, oldest first, until ctx ends.
-	Orders(ctx context.Context) (<-chan Order, error)
+	// Orders delivers the host's orders, oldest first, until ctx ends, and
+	// closes the channel only then. It rides out every failure of the
+	// server or of the host's consumer, retrying with backoff for as long
+	// as it takes; it calls lost with the error on each failure and with
+	// nil each time it reads orders again (the worker logs the changes).
+	Orders(ctx context.Context, lost func(error)) <-chan Order
+	// Job reads job id's record from the ledger: nil when there is none,
+	// an error wrapping ErrBadRecord when it cannot be decoded. Any other
+	// error is a failure to reach the server, worth retrying.
+	Job(ctx context.Context, id string) (*ledger.Job, error)
 	// Report publishes r and returns once the server has stored it,
 	// retrying with backoff; it fails only when ctx ends.
 	Report(ctx context.Context, r ledger.Report) error
@@ -47,6 +58,7 @@ type Bus interface {
 	// Installation names where orders come from, and changes when that
 	// source is created anew (the streams are deleted and set up again).
 	// The record of attempts started here belongs to one installation.
+	// The worker retries it until it answers.
 	Installation(ctx context.Context) (string, error)
 }
 
@@ -82,6 +94,12 @@ type Config struct {
 	// ReportTimeout bounds the retries of a report once the worker is
 	// stopping. Defaults to 30s.
 	ReportTimeout time.Duration
+	// RecordWait is how long a dispatch waits for the job's record in the
+	// ledger to show its attempt (the scheduler writes it before it sends
+	// the order, but a replica's read can lag the write) before the order
+	// is dropped as stale. Time the server is unreachable does not count.
+	// Defaults to 10s.
+	RecordWait time.Duration
 	// MaxLogBytes caps the output kept per attempt. Defaults to 16 MiB.
 	MaxLogBytes int
 	// LogChunkBytes and LogFlush bound a log chunk's size and age.
@@ -124,6 +142,9 @@ func (c *Config) validate() error {
 	if c.ReportTimeout <= 0 {
 		c.ReportTimeout = 30 * time.Second
 	}
+	if c.RecordWait <= 0 {
+		c.RecordWait = 10 * time.Second
+	}
 	if c.MaxLogBytes <= 0 {
 		c.MaxLogBytes = 16 << 20
 	}
@@ -146,6 +167,9 @@ type Worker struct {
 	state  *startedLog
 	abort  chan struct{}
 	once   sync.Once
+
+	// Each kind of call to the server logs its outages once.
+	heartbeats, orders, records, output *outage
 
 	mu      sync.Mutex
 	running map[Attempt]*attempt
@@ -171,9 +195,14 @@ func New(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Worker{cfg: cfg, log: cfg.Logger.With("component", "worker", "worker", cfg.Host),
+	log := cfg.Logger.With("component", "worker", "worker", cfg.Host)
+	return &Worker{cfg: cfg, log: log,
 		claims: NewClaims(cfg.GPU, cfg.MaxUsedMiB), state: state, abort: make(chan struct{}),
-		running: map[Attempt]*attempt{}}, nil
+		heartbeats: newOutage(log, "heartbeat not stored; retrying every beat (running jobs go on)", "heartbeat stored again"),
+		orders:     newOutage(log, "cannot read orders; retrying until the server answers (running jobs go on)", "reading orders again"),
+		records:    newOutage(log, "cannot read job records to confirm orders; retrying (no order starts unconfirmed)", "reading job records again"),
+		output:     newOutage(log, "job output not stored; dropping it until the server answers", "storing job output again"),
+		running:    map[Attempt]*attempt{}}, nil
 }
 
 // Abort stops the worker at once: running jobs are killed without their
@@ -184,16 +213,27 @@ func (w *Worker) Abort() { w.once.Do(func() { close(w.abort) }) }
 // Run takes orders until ctx ends, then drains: it takes no new work,
 // heartbeats as draining, lets running jobs finish for up to DrainTimeout,
 // stops the rest (reported as infrastructure failures, so they are retried
-// and not charged), removes its heartbeat and returns. Run returns an error
-// only when it cannot start.
+// and not charged), removes its heartbeat and returns.
+//
+// Run rides out every outage of the server: it waits for the orders stream
+// at start, retries the order stream, heartbeats and reports for as long
+// as it takes, logging each outage once when it begins and once when it
+// ends, and keeps running jobs running meanwhile. It returns an error only
+// when it cannot start for a reason of its own (the GPUs cannot be read,
+// the state directory cannot be written), and nil when stopped.
 func (w *Worker) Run(ctx context.Context) error {
 	// bg outlives ctx, so a draining worker can still report; an Abort
 	// gives reports in flight ReportTimeout more, then ends them too.
 	bg, stopBg := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBg()
+	// run ends when the worker is told to stop, by ctx or by Abort: no
+	// new order is taken or confirmed after that.
+	run, stopRun := context.WithCancel(ctx)
+	defer stopRun()
 	go func() {
 		select {
 		case <-w.abort:
+			stopRun()
 			select {
 			case <-time.After(w.cfg.ReportTimeout):
 				stopBg()
@@ -202,9 +242,19 @@ func (w *Worker) Run(ctx context.Context) error {
 		case <-bg.Done():
 		}
 	}()
-	inst, err := w.cfg.Bus.Installation(ctx)
+	devs, err := w.cfg.GPU.Devices()
 	if err != nil {
-		return fmt.Errorf("worker %s: find the orders stream: %w", w.cfg.Host, err)
+		return fmt.Errorf("worker %s: read the GPUs: %w", w.cfg.Host, err)
+	}
+	var inst string
+	found := newOutage(w.log, "cannot find the orders stream; waiting for the server and a scheduler to set it up", "found the orders stream")
+	if err := retry(run, found, func(ctx context.Context) error {
+		var err error
+		inst, err = w.cfg.Bus.Installation(ctx)
+		return err
+	}); err != nil {
+		w.log.Info("worker stopped before it could start")
+		return nil
 	}
 	if dropped, err := w.state.bind(inst); err != nil {
 		return fmt.Errorf("worker %s: %w", w.cfg.Host, err)
@@ -212,17 +262,16 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.log.WarnContext(ctx, "the record of started attempts belongs to an earlier installation; starting it afresh",
 			slog.Int("dropped", dropped), slog.String("installation", inst))
 	}
-	orderCtx, stopOrders := context.WithCancel(ctx)
+	orderCtx, stopOrders := context.WithCancel(run)
 	defer stopOrders()
-	orders, err := w.cfg.Bus.Orders(orderCtx)
-	if err != nil {
-		return fmt.Errorf("worker %s: take orders: %w", w.cfg.Host, err)
-	}
-	if devs, err := w.cfg.GPU.Devices(); err != nil {
-		return fmt.Errorf("worker %s: read the GPUs: %w", w.cfg.Host, err)
-	} else {
-		w.log.InfoContext(ctx, "worker started", slog.Int("gpus", len(devs)), slog.Bool("simulated", w.cfg.GPU.Simulated()))
-	}
+	orders := w.cfg.Bus.Orders(orderCtx, func(err error) {
+		if err != nil && orderCtx.Err() == nil {
+			w.orders.fail(err)
+		} else if err == nil {
+			w.orders.ok()
+		}
+	})
+	w.log.InfoContext(ctx, "worker started", slog.Int("gpus", len(devs)), slog.Bool("simulated", w.cfg.GPU.Simulated()))
 	// The heartbeat has its own context: it must stop before Leave, or a
 	// beat after Leave writes the host back for HeartbeatTTL.
 	hbCtx, stopHeartbeat := context.WithCancel(bg)
@@ -244,15 +293,13 @@ func (w *Worker) Run(ctx context.Context) error {
 loop:
 	for {
 		select {
-		case <-ctx.Done():
-			break loop
-		case <-w.abort:
+		case <-run.Done():
 			break loop
 		case o, ok := <-orders:
 			if !ok {
 				break loop
 			}
-			w.handle(bg, o)
+			w.handle(run, bg, o)
 		}
 	}
 	stopOrders()
@@ -334,8 +381,10 @@ func (a *attempt) stop(reason string, infra, now bool) {
 }
 
 // handle acts on one order. Orders are handled one at a time, in order; a
-// dispatch is acked only once its started or rejected report is stored.
-func (w *Worker) handle(ctx context.Context, o Order) {
+// dispatch is acked only once its started or rejected report is stored, or
+// once it is known to be stale. Waits that may end with the worker's stop
+// (confirming an order) use run; reports use ctx, which outlives it.
+func (w *Worker) handle(run, ctx context.Context, o Order) {
 	if o.Err != nil {
 		w.log.Error("undecodable order; dropping it", slog.Any("err", o.Err))
 		if err := o.Term(ctx, o.Err.Error()); err != nil {
@@ -345,7 +394,7 @@ func (w *Worker) handle(ctx context.Context, o Order) {
 	}
 	switch ord := o.Effect.(type) {
 	case ledger.DispatchOrder:
-		if !w.dispatch(ctx, ord) {
+		if !w.dispatch(run, ctx, ord) {
 			return // not acked: the order comes back to this or the next process
 		}
 	case ledger.CancelOrder:
@@ -359,6 +408,9 @@ func (w *Worker) handle(ctx context.Context, o Order) {
 	}
 }
 
+// cancelOrder stops the attempt the order names if it runs here, whether
+// the job was cancelled or the attempt is no longer current (it started
+// here after the scheduler had moved on).
 func (w *Worker) cancelOrder(o ledger.CancelOrder) {
 	a := Attempt{o.Job, o.Attempt}
 	w.mu.Lock()
@@ -369,10 +421,10 @@ func (w *Worker) cancelOrder(o ledger.CancelOrder) {
 	}
 }
 
-// dispatch claims, reports and starts one attempt. It returns false when the
-// order must not be acked: the worker is stopping and could not store the
-// attempt's started or rejected report.
-func (w *Worker) dispatch(ctx context.Context, o ledger.DispatchOrder) bool {
+// dispatch confirms, claims, reports and starts one attempt. It returns
+// false when the order must not be acked: the worker is stopping and could
+// not confirm the order or store the attempt's started or rejected report.
+func (w *Worker) dispatch(run, ctx context.Context, o ledger.DispatchOrder) bool {
 	a := Attempt{o.Job, o.Attempt}
 	log := w.log.With(slog.String("job_id", a.Job), slog.Int("attempt", a.N))
 	w.mu.Lock()
@@ -387,6 +439,18 @@ func (w *Worker) dispatch(ctx context.Context, o ledger.DispatchOrder) bool {
 	if known {
 		return true // redelivered while running: it is already here
 	}
+	current, why, err := w.current(run, a)
+	if err != nil {
+		return false // stopping before the order was confirmed: the next process confirms it
+	}
+	if !current {
+		// The scheduler has moved on (the attempt was declared lost while
+		// this worker was away, and retried elsewhere): running it now
+		// would run the job twice. A report would be ignored, as every
+		// report for an attempt that is not current is.
+		log.Warn("order no longer current; dropped without running it", slog.String("why", why))
+		return true
+	}
 	if w.state.has(a) {
 		// This host took the attempt before a restart. Whatever became of
 		// it, running it again could run it twice: refuse it, so a
@@ -398,8 +462,13 @@ func (w *Worker) dispatch(ctx context.Context, o ledger.DispatchOrder) bool {
 	}
 	claimed, err := w.claims.Claim(a, o.GPUs)
 	if err != nil {
-		log.Warn("cannot start", slog.Any("err", err))
-		return w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Reason: truncate(err.Error())})
+		// Busy: the host has the GPUs, but they are in use (a job here has
+		// not been reported done yet, or something else uses them). The
+		// ledger does not spend an attempt on that.
+		busy := errors.Is(err, ErrGPUsBusy)
+		log.Warn("cannot start", slog.Bool("busy", busy), slog.Any("err", err))
+		return w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N,
+			Reason: truncate(err.Error()), Busy: busy})
 	}
 	if err := w.state.add(a, time.Now()); err != nil {
 		w.claims.Release(a)
@@ -432,10 +501,79 @@ func (w *Worker) dispatch(ctx context.Context, o ledger.DispatchOrder) bool {
 	return true
 }
 
-// run runs one attempt to its end and reports it.
+// current reads the job's record until it says whether attempt a, sent to
+// this host, is still the job's current attempt. The scheduler writes the
+// record (this attempt, dispatched to this host) before it sends the order,
+// so any other attempt or state or host means the order is stale. A record
+// that is missing or shows an earlier attempt may be a replica's lagging
+// read: it is read again for up to RecordWait, then the order is stale.
+// While the server cannot be reached the read is retried for as long as it
+// takes: no order starts unconfirmed. current returns an error only when
+// run ends first.
+func (w *Worker) current(run context.Context, a Attempt) (bool, string, error) {
+	bo := retryBackoff(20*time.Millisecond, time.Second)
+	// behind sums the time between answers that did not show the attempt
+	// yet; lastLag is the time of the previous answer if it was one.
+	var behind time.Duration
+	var lastLag time.Time
+	for {
+		rctx, cancel := context.WithTimeout(run, 5*time.Second)
+		j, err := w.cfg.Bus.Job(rctx, a.Job)
+		cancel()
+		if run.Err() != nil {
+			return false, "", run.Err()
+		}
+		now := time.Now()
+		var lag string
+		switch {
+		case err != nil && !errors.Is(err, ErrBadRecord):
+			w.records.fail(err)
+		case err != nil:
+			w.records.ok()
+			lag = err.Error()
+		case j == nil:
+			w.records.ok()
+			lag = "the ledger has no record of the job"
+		case j.Attempt < a.N:
+			w.records.ok()
+			lag = fmt.Sprintf("the job's record is at attempt %d", j.Attempt)
+		default:
+			w.records.ok()
+			if j.Attempt == a.N && j.Host == w.cfg.Host && j.State == ledger.StateDispatched {
+				return true, "", nil
+			}
+			host := j.Host
+			if host == "" {
+				host = "no host"
+			}
+			return false, fmt.Sprintf("the job's record shows attempt %d %s on %s", j.Attempt, j.State, host), nil
+		}
+		if lag == "" {
+			lastLag = time.Time{} // unreachable: this time does not count
+		} else {
+			if !lastLag.IsZero() {
+				behind += now.Sub(lastLag)
+			}
+			lastLag = now
+			if behind >= w.cfg.RecordWait {
+				return false, fmt.Sprintf("%s after %v", lag, w.cfg.RecordWait), nil
+			}
+		}
+		if !sleep(run, bo.NextBackOff()) {
+			return false, "", run.Err()
+		}
+	}
+}
+
+// run runs one attempt to its end and reports it. Its GPUs are freed as
+// soon as its process is gone, before the done report: the scheduler
+// places other work on them the moment the report is stored, and would find
+// them still held. The attempt stays in the heartbeat until the report is
+// stored.
 func (w *Worker) run(ctx context.Context, r *attempt) {
 	defer w.wg.Done()
 	a := r.spec.Attempt
+	defer w.claims.Release(a) // on every way out; a no-op once released
 	out := newOutput(ctx, w, a)
 	proc, err := startProcess(r.spec, out.stdout, out.stderr, w.cfg.KillGrace)
 	var o Outcome
@@ -450,8 +588,9 @@ func (w *Worker) run(ctx context.Context, r *attempt) {
 		if pending != "" {
 			proc.stop(pending, infra)
 		}
-		o = proc.wait(r.spec.Walltime)
+		o = proc.wait(r.spec.Walltime) // the process group is killed when it returns
 	}
+	w.claims.Release(a)
 	out.close(o)
 	rep := ledger.Report{Type: ledger.ReportDone, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, ExitCode: o.ExitCode, Runtime: o.Runtime}
 	if o.Infra {
@@ -460,7 +599,6 @@ func (w *Worker) run(ctx context.Context, r *attempt) {
 	w.log.Info("ended", slog.String("job_id", a.Job), slog.Int("attempt", a.N), slog.Int("exit_code", o.ExitCode),
 		slog.Duration("runtime", o.Runtime), slog.String("stopped", o.Stopped))
 	w.report(ctx, rep)
-	w.claims.Release(a)
 	w.mu.Lock()
 	delete(w.running, a)
 	w.mu.Unlock()
@@ -521,8 +659,11 @@ func (w *Worker) beat(ctx context.Context) {
 	h := w.Host()
 	bctx, cancel := context.WithTimeout(ctx, w.cfg.HeartbeatInterval)
 	defer cancel()
-	if err := w.cfg.Bus.Beat(bctx, h, w.cfg.HeartbeatTTL); err != nil && ctx.Err() == nil {
-		w.log.Warn("heartbeat", slog.Any("err", err))
+	switch err := w.cfg.Bus.Beat(bctx, h, w.cfg.HeartbeatTTL); {
+	case err == nil:
+		w.heartbeats.ok()
+	case ctx.Err() == nil:
+		w.heartbeats.fail(err)
 	}
 }
 

@@ -139,7 +139,20 @@ func runSubmit(ctx context.Context, e *env, args []string) error {
 	if e.output != "json" && ev.Type == ledger.EventHeld {
 		fmt.Fprintf(e.stdout, "held %s: %s\n", s.ID, ev.Message)
 	}
-	return follow(ctx, e, sess, s.Account, s.ID, ev.Seq)
+	from := ev.Seq
+	if ev.Type == ledger.EventIgnored {
+		// The same terms were submitted before: follow that job from its
+		// own submission, which may have ended already.
+		if e.output != "json" {
+			fmt.Fprintf(e.stdout, "%s %s: %s\n", ev.Type, s.ID, ev.Message)
+		}
+		j, err := sess.job(ctx, s.ID)
+		if err != nil {
+			return err
+		}
+		from = j.SubmitSeq
+	}
+	return follow(ctx, e, sess, s.Account, s.ID, from)
 }
 
 // follow prints each event of a job as it happens until it ends, and

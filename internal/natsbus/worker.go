@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -17,71 +18,153 @@ import (
 )
 
 // WorkerBus is one host's link to JetStream: its durable dispatch consumer,
-// its report subject, the logs stream and its heartbeat key. It implements
-// worker.Bus.
+// its report subject, the logs stream, its heartbeat key and reads of job
+// records in the ledger. It implements worker.Bus.
 type WorkerBus struct {
 	js    jetstream.JetStream
 	n     subjects.Names
 	host  string
-	hosts jetstream.KeyValue
+	hosts jetstream.KeyValue // nil until bound, when NewWorkerBus was given none
 	// AckWait is how long a delivered order may go unacked before it is
 	// delivered again (the worker died before its started report was
 	// stored). Defaults to 30s.
 	AckWait time.Duration
+	// PullExpiry is how long one pull request for orders waits; the
+	// server heartbeats it, and two missed heartbeats (the consumer's
+	// server is gone) make the bus read its orders afresh. Defaults to 10s,
+	// as does a value under 1s.
+	PullExpiry time.Duration
+
+	mu     sync.Mutex
+	ledger jetstream.KeyValue // bound on first use, see Job
 }
 
-// NewWorkerBus returns the bus of host. hosts is the hosts bucket.
+// NewWorkerBus returns the bus of host. hosts is the hosts bucket, or nil
+// to bind it on first use (so a worker started while the server is
+// unreachable need not bind it first).
 func NewWorkerBus(js jetstream.JetStream, n subjects.Names, host string, hosts jetstream.KeyValue) (*WorkerBus, error) {
 	if err := subjects.CheckToken("host", host); err != nil {
 		return nil, err
 	}
-	return &WorkerBus{js: js, n: n, host: host, hosts: hosts, AckWait: 30 * time.Second}, nil
+	return &WorkerBus{js: js, n: n, host: host, hosts: hosts, AckWait: 30 * time.Second, PullExpiry: 10 * time.Second}, nil
 }
 
 // ConsumerName is the durable consumer a host's worker reads its orders with.
 func ConsumerName(host string) string { return "worker-" + host }
 
-// Orders creates (or updates) the host's durable consumer and delivers its
-// orders. An order not acked within AckWait is delivered again.
-func (b *WorkerBus) Orders(ctx context.Context) (<-chan worker.Order, error) {
-	cons, err := b.js.CreateOrUpdateConsumer(ctx, b.n.DispatchStream(), jetstream.ConsumerConfig{
+// Orders delivers the host's orders until ctx ends, then closes the
+// channel. It creates (or updates) the host's durable consumer and reads
+// it; whenever that fails (the server is unreachable, the consumer's server
+// died and its heartbeats stopped, the consumer was deleted) it calls lost
+// with the error, and creates the consumer and its reader again with
+// backoff, for as long as it takes, calling lost(nil) each time it reads
+// again. An order not acked within AckWait is delivered again, so orders
+// buffered by a reader given up are not lost.
+func (b *WorkerBus) Orders(ctx context.Context, lost func(error)) <-chan worker.Order {
+	out := make(chan worker.Order)
+	go func() {
+		defer close(out)
+		bo := backoff.NewExponentialBackOff()
+		bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 50*time.Millisecond, 5*time.Second, 0
+		bo.Reset()
+		for {
+			err := b.readOrders(ctx, out, lost, bo)
+			if ctx.Err() != nil {
+				return // our own stop
+			}
+			lost(err)
+			t := time.NewTimer(bo.NextBackOff())
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// readOrders creates the consumer and a reader of it, and delivers orders
+// until reading fails or ctx ends. It resets bo once an order comes.
+func (b *WorkerBus) readOrders(ctx context.Context, out chan<- worker.Order, lost func(error), bo backoff.BackOff) error {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	cons, err := b.js.CreateOrUpdateConsumer(cctx, b.n.DispatchStream(), jetstream.ConsumerConfig{
 		Durable: ConsumerName(b.host), Description: "orders for worker " + b.host,
 		FilterSubject: b.n.Dispatch(b.host), AckPolicy: jetstream.AckExplicitPolicy,
 		DeliverPolicy: jetstream.DeliverAllPolicy, AckWait: b.AckWait,
 		MaxDeliver: -1, MaxAckPending: 64, InactiveThreshold: 0,
 	})
+	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("consumer %s on %s: %w", ConsumerName(b.host), b.n.DispatchStream(), err)
+		return fmt.Errorf("consumer %s on %s: %w", ConsumerName(b.host), b.n.DispatchStream(), err)
 	}
-	out := make(chan worker.Order)
-	it, err := cons.Messages(jetstream.PullMaxMessages(16))
+	expiry := b.PullExpiry
+	if expiry < time.Second {
+		expiry = 10 * time.Second
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(16), jetstream.PullExpiry(expiry))
 	if err != nil {
-		return nil, fmt.Errorf("read orders of %s: %w", b.host, err)
+		return fmt.Errorf("read orders of %s: %w", b.host, err)
 	}
-	go func() {
-		<-ctx.Done()
-		it.Stop()
-	}()
-	go func() {
-		defer close(out)
-		for {
-			m, err := it.Next()
-			if err != nil {
-				return // stopped: ctx ended
-			}
-			eff, _, derr := wire.DecodeOrder(b.host, m.Data())
-			o := worker.Order{Effect: eff, Err: derr,
-				Ack:  func(ctx context.Context) error { return m.DoubleAck(ctx) },
-				Term: func(ctx context.Context, reason string) error { return m.TermWithReason(reason) },
-			}
-			select {
-			case out <- o:
-			case <-ctx.Done():
-				return
-			}
+	defer it.Stop()
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	lost(nil)
+	for {
+		m, err := it.Next()
+		if err != nil {
+			return fmt.Errorf("read orders of %s: %w", b.host, err)
 		}
-	}()
-	return out, nil
+		bo.Reset()
+		eff, _, derr := wire.DecodeOrder(b.host, m.Data())
+		o := worker.Order{Effect: eff, Err: derr,
+			Ack:  func(ctx context.Context) error { return m.DoubleAck(ctx) },
+			Term: func(ctx context.Context, reason string) error { return m.TermWithReason(reason) },
+		}
+		select {
+		case out <- o:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// Job reads job id's record from the ledger bucket, binding the bucket on
+// first use. It returns nil when the ledger has no record of the job.
+func (b *WorkerBus) Job(ctx context.Context, id string) (*ledger.Job, error) {
+	kv, err := b.ledgerBucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, subjects.JobKey(id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the record of job %s: %w", id, err)
+	}
+	j, err := ledger.UnmarshalJob(e.Value())
+	if err != nil {
+		return nil, fmt.Errorf("%w: job %s: %v", worker.ErrBadRecord, id, err)
+	}
+	return j, nil
+}
+
+// ledgerBucket binds the ledger bucket once; a failed bind is tried again
+// on the next call.
+func (b *WorkerBus) ledgerBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ledger != nil {
+		return b.ledger, nil
+	}
+	kv, err := b.js.KeyValue(ctx, b.n.LedgerBucket())
+	if err != nil {
+		return nil, fmt.Errorf("bind bucket %s: %w", b.n.LedgerBucket(), err)
+	}
+	b.ledger = kv
+	return kv, nil
 }
 
 // Report publishes r with its de-duplication id, retrying with exponential
@@ -119,7 +202,11 @@ func (b *WorkerBus) Beat(ctx context.Context, h wire.Host, ttl time.Duration) er
 	if err != nil {
 		return err
 	}
-	m := nats.NewMsg(subjects.KVSubject(b.hosts.Bucket(), subjects.HostKey(b.host)))
+	bucket := b.n.HostsBucket()
+	if kv := b.hostsBucket(); kv != nil {
+		bucket = kv.Bucket()
+	}
+	m := nats.NewMsg(subjects.KVSubject(bucket, subjects.HostKey(b.host)))
 	m.Data = data
 	_, err = b.js.PublishMsg(ctx, m, jetstream.WithMsgTTL(ttl))
 	return err
@@ -139,9 +226,26 @@ func (b *WorkerBus) Installation(ctx context.Context) (string, error) {
 
 // Leave deletes the heartbeat key.
 func (b *WorkerBus) Leave(ctx context.Context) error {
-	err := b.hosts.Delete(ctx, subjects.HostKey(b.host))
+	kv := b.hostsBucket()
+	if kv == nil {
+		var err error
+		if kv, err = b.js.KeyValue(ctx, b.n.HostsBucket()); err != nil {
+			return fmt.Errorf("bind bucket %s: %w", b.n.HostsBucket(), err)
+		}
+		b.mu.Lock()
+		b.hosts = kv
+		b.mu.Unlock()
+	}
+	err := kv.Delete(ctx, subjects.HostKey(b.host))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil
 	}
 	return err
+}
+
+// hostsBucket is the hosts bucket, or nil if it is not bound yet.
+func (b *WorkerBus) hostsBucket() jetstream.KeyValue {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.hosts
 }

@@ -1,6 +1,13 @@
 // Package natsstore keeps the scheduler's ledger view in a JetStream KV
 // bucket with compare-and-swap writes, and holds the leader lease in the same
 // bucket. It implements scheduler.Store and scheduler.Lease.
+//
+// Every call is bounded in time, so a server that goes away makes calls fail
+// rather than hang: a lease try lasts at most the lease's TTL (and 5s), a
+// load gives up after 10s without a value, a flush after 10s without its
+// acknowledgements. Failures no retry can mend (a bucket without per-key
+// TTLs, a closed connection) wrap scheduler.ErrMisconfigured; the scheduler
+// retries the rest.
 package natsstore
 
 import (
@@ -11,6 +18,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -72,6 +80,10 @@ func (s *Store) Load(ctx context.Context) (*scheduler.View, error) {
 // loadAttempts bounds Load's tries while the scheduler writes.
 const loadAttempts = 5
 
+// loadIdleTimeout bounds how long Load waits for the next value of the
+// bucket, or for a key's history.
+const loadIdleTimeout = 10 * time.Second
+
 // load is one try of Load. retry says a concurrent writer may explain err.
 func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ error) {
 	s.revs, s.seqs = map[string]uint64{}, map[string]uint64{}
@@ -81,19 +93,36 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 	}
 	defer func() { _ = w.Stop() }() // the watch only served the initial values
 	latest := map[string]jetstream.KeyValueEntry{}
-	for e := range w.Updates() {
-		if e == nil {
-			break // every current value has been delivered
+	// The watch delivers every current value and then a nil marker. If the
+	// server goes away meanwhile nothing more comes, so a pause longer than
+	// loadIdleTimeout ends the load rather than hang it.
+	idle := time.NewTimer(loadIdleTimeout)
+	defer idle.Stop()
+initial:
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok:
+				if err := ctx.Err(); err != nil {
+					return nil, false, err
+				}
+				return nil, false, fmt.Errorf("watch %s: ended before its initial values", s.kv.Bucket())
+			case e == nil:
+				break initial // every current value has been delivered
+			}
+			s.revs[e.Key()] = e.Revision()
+			if e.Operation() == jetstream.KeyValuePut {
+				latest[e.Key()] = e
+			} else {
+				delete(latest, e.Key())
+			}
+			idle.Reset(loadIdleTimeout)
+		case <-idle.C:
+			return nil, false, fmt.Errorf("watch %s: no value for %v after %d", s.kv.Bucket(), loadIdleTimeout, len(s.revs))
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
 		}
-		s.revs[e.Key()] = e.Revision()
-		if e.Operation() == jetstream.KeyValuePut {
-			latest[e.Key()] = e
-		} else {
-			delete(latest, e.Key())
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, false, err
 	}
 	view := &scheduler.View{State: ledger.New()}
 	if e, ok := latest[subjects.CheckpointKey]; ok {
@@ -181,7 +210,11 @@ func (s *Store) rewind(ctx context.Context, st *ledger.State, kind, id, key stri
 	case "pricing":
 		st.Pricing = nil
 	}
-	hist, err := s.kv.History(ctx, key)
+	// History waits for its watch's end marker, which a server gone away
+	// never sends: bound it.
+	hctx, cancel := context.WithTimeout(ctx, loadIdleTimeout)
+	defer cancel()
+	hist, err := s.kv.History(hctx, key)
 	if err != nil {
 		return fmt.Errorf("history of %s: %w", key, err)
 	}
@@ -315,25 +348,84 @@ func (l *Lease) value() []byte {
 	return data
 }
 
-// Acquire blocks until the lease is this holder's: it tries to create the
-// key, and while another holder has it, tries again every quarter TTL (at
-// most every 250ms).
+// TryAcquire tries once to take the lease by creating its key: true if this
+// holder has it now, false if another holder does. An error means the key
+// could not be written or read (the server away, a timeout, no quorum); it
+// wraps scheduler.ErrMisconfigured when no retry can help (the bucket has
+// no per-key TTLs, the connection is closed for good).
+func (l *Lease) TryAcquire(ctx context.Context) (bool, error) {
+	// A try that outlasts the lease is no use; and while the server is
+	// away a publish waits for its deadline, which the caller's ctx may set
+	// far off.
+	ctx, cancel := context.WithTimeout(ctx, min(l.ttl, tryTimeoutMax))
+	defer cancel()
+	rev, err := l.kv.Create(ctx, subjects.LeaderKey, l.value(), jetstream.KeyTTL(l.ttl))
+	switch {
+	case err == nil:
+		l.rev = rev
+		return true, nil
+	case errors.Is(err, jetstream.ErrKeyExists):
+		return false, nil
+	}
+	return false, fmt.Errorf("create %s: %w", subjects.LeaderKey, permanent(err))
+}
+
+// Acquire blocks until the lease is this holder's or ctx ends. While
+// another holder has it, it tries again every quarter TTL (at most every
+// 250ms); while the lease cannot be reached, it tries again with backoff (up
+// to every acquireRetryMax) for as long as it takes. It returns ctx's error,
+// or an error wrapping scheduler.ErrMisconfigured.
 func (l *Lease) Acquire(ctx context.Context) error {
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(l.poll), backoff.WithMaxInterval(acquireRetryMax),
+		backoff.WithMaxElapsedTime(0))
 	for {
-		rev, err := l.kv.Create(ctx, subjects.LeaderKey, l.value(), jetstream.KeyTTL(l.ttl))
-		if err == nil {
-			l.rev = rev
+		held, err := l.TryAcquire(ctx)
+		switch {
+		case held:
 			return nil
+		case errors.Is(err, scheduler.ErrMisconfigured):
+			return err
+		case ctx.Err() != nil:
+			return ctx.Err()
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) {
-			return fmt.Errorf("create %s: %w", subjects.LeaderKey, err)
+		wait := l.poll
+		if err != nil {
+			wait = b.NextBackOff()
+		} else {
+			b.Reset()
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(l.poll):
+		case <-time.After(wait):
 		}
 	}
+}
+
+// acquireRetryMax is the longest wait between Acquire's tries while the lease
+// cannot be reached.
+const acquireRetryMax = 5 * time.Second
+
+// tryTimeoutMax bounds one try to create the lease key (a try lasts at most
+// the lease's TTL).
+const tryTimeoutMax = 5 * time.Second
+
+// Server error codes that mean a bucket is set up without per-message TTLs.
+const (
+	errCodeMsgTTLInvalid  = 10165
+	errCodeMsgTTLDisabled = 10166
+)
+
+// permanent wraps err in scheduler.ErrMisconfigured if no retry can mend it:
+// a closed connection, or a bucket that cannot hold a key with a TTL. Any
+// other failure (a timeout, no responders, a lost quorum) may pass.
+func permanent(err error) error {
+	var api *jetstream.APIError
+	if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, jetstream.ErrConnectionClosed) ||
+		errors.As(err, &api) && (api.ErrorCode == errCodeMsgTTLDisabled || api.ErrorCode == errCodeMsgTTLInvalid) {
+		return fmt.Errorf("%w: %w", scheduler.ErrMisconfigured, err)
+	}
+	return err
 }
 
 // Holder returns who holds the lease now, or "" if nobody does.

@@ -1,12 +1,14 @@
 // Tests of the KV ledger view and the lease against a real embedded
 // nats-server: compare-and-swap fencing, recovery of the state as of the
-// checkpoint from key history, and the lease's exclusion and expiry.
+// checkpoint from key history, the lease's exclusion and expiry, and a
+// contender that rides out the server's absence.
 package natsstore_test
 
 import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -230,5 +232,102 @@ func TestLeaseExcludesAndExpires(t *testing.T) {
 	defer cancel2()
 	if err := l1.Acquire(acquired); err != nil {
 		t.Errorf("acquire after release: %v", err)
+	}
+}
+
+// countingKV counts the lease's create attempts and their failures.
+type countingKV struct {
+	jetstream.KeyValue
+	creates, failures atomic.Int32
+}
+
+func (kv *countingKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	kv.creates.Add(1)
+	rev, err := kv.KeyValue.Create(ctx, key, value, opts...)
+	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		kv.failures.Add(1)
+	}
+	return rev, err
+}
+
+// waitFor polls cond until it holds, failing the test after d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestAcquireRidesOutTheServersAbsence: a contender whose server goes away
+// keeps trying, never returns an error for it, and takes the lease once the
+// server is back and the old holder's lease has lapsed.
+func TestAcquireRidesOutTheServersAbsence(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	_, js := srv.JetStream(t)
+	ctx := context.Background()
+	if err := natsbus.Setup(ctx, js, subjects.Default, natsbus.SetupConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, subjects.Default.LedgerBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, _ := natsstore.NewLease(js, kv, "old", time.Second)
+	if err := old.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	counted := &countingKV{KeyValue: kv}
+	l, _ := natsstore.NewLease(js, counted, "new", time.Second)
+
+	srv.Stop()
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	held, err := l.TryAcquire(short)
+	cancel()
+	if held || err == nil || errors.Is(err, scheduler.ErrMisconfigured) {
+		t.Fatalf("TryAcquire with the server away = %v, %v; want a retryable error", held, err)
+	}
+	done := make(chan error, 1)
+	actx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	go func() { done <- l.Acquire(actx) }()
+	waitFor(t, 30*time.Second, "three failed tries to create the lease while the server is away", func() bool { return counted.failures.Load() >= 3 })
+	select {
+	case err := <-done:
+		t.Fatalf("Acquire returned while the server was away: %v", err)
+	default:
+	}
+	srv.Restart(t)
+	if err := <-done; err != nil {
+		t.Fatalf("Acquire after the server came back: %v", err)
+	}
+	if holder, err := l.Holder(ctx); err != nil || holder != "new" {
+		t.Errorf("holder = %q, %v; want new", holder, err)
+	}
+	t.Logf("%d tries, %d of them failed", counted.creates.Load(), counted.failures.Load())
+}
+
+// TestLeaseMisconfigured: a bucket without per-key TTLs, or a connection
+// closed for good, is a failure no retry can mend, and says so.
+func TestLeaseMisconfigured(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc, js := srv.JetStream(t)
+	ctx := context.Background()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "nottl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := natsstore.NewLease(js, kv, "one", time.Second)
+	if err := l.Acquire(ctx); !errors.Is(err, scheduler.ErrMisconfigured) || !strings.Contains(err.Error(), "TTL") {
+		t.Errorf("Acquire on a bucket without TTLs = %v, want ErrMisconfigured naming the TTL", err)
+	}
+	nc.Close()
+	if _, err := l.TryAcquire(ctx); !errors.Is(err, scheduler.ErrMisconfigured) {
+		t.Errorf("TryAcquire on a closed connection = %v, want ErrMisconfigured", err)
 	}
 }

@@ -1,0 +1,313 @@
+// Tests of the worker's bus against a real embedded nats-server: the order
+// stream survives its consumer being deleted and the server restarting,
+// calling lost on each failure and again once it reads; job records read
+// through a restart; a worker started before its server waits for it.
+package natsbus_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpuq/gpuq/internal/natsbus"
+	"github.com/gpuq/gpuq/internal/natstest"
+	"github.com/gpuq/gpuq/internal/nvmlgpu"
+	"github.com/gpuq/gpuq/ledger"
+	"github.com/gpuq/gpuq/subjects"
+	"github.com/gpuq/gpuq/wire"
+	"github.com/gpuq/gpuq/worker"
+)
+
+// newWorkerBus sets gpuq up on js and returns host h1's bus.
+func newWorkerBus(t *testing.T, js jetstream.JetStream) *natsbus.WorkerBus {
+	t.Helper()
+	ctx := context.Background()
+	n := subjects.Default
+	if err := natsbus.Setup(ctx, js, n, natsbus.SetupConfig{}); err != nil {
+		t.Fatalf("setup: %v", err)
+	}
+	hkv, err := js.KeyValue(ctx, n.HostsBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb, err := natsbus.NewWorkerBus(js, n, "h1", hkv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb.PullExpiry = 2 * time.Second // a missed heartbeat shows within 2s
+	return wb
+}
+
+// lostLog records the calls of Orders' lost callback.
+type lostLog chan error
+
+func (l lostLog) lost(err error) {
+	select {
+	case l <- err:
+	default:
+	}
+}
+
+// waitFor waits for a call of lost that matches failed (an error, or nil).
+func (l lostLog) waitFor(t *testing.T, failed bool) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case err := <-l:
+			if (err != nil) == failed {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no call of lost with failed=%v within 20s", failed)
+		}
+	}
+}
+
+// order publishes a dispatch order of job for h1.
+func order(ctx context.Context, t *testing.T, js jetstream.JetStream, job string) {
+	t.Helper()
+	d := ledger.DispatchOrder{Host: "h1", Job: job, Account: "a", Attempt: 1, GPUs: 1, Command: []string{"true"}, Walltime: time.Minute}
+	m, err := wire.EncodeEffect(subjects.Default, 1, time.Now(), 0, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := nats.NewMsg(m.Subject)
+	msg.Data = m.Data
+	if _, err := js.PublishMsg(ctx, msg); err != nil {
+		t.Fatalf("publish the order of %s: %v", job, err)
+	}
+}
+
+// receive waits for the next order, acks it and checks it is job's.
+func receive(ctx context.Context, t *testing.T, orders <-chan worker.Order, job string) {
+	t.Helper()
+	select {
+	case o, ok := <-orders:
+		if !ok {
+			t.Fatalf("the orders channel closed before the order of %s", job)
+		}
+		if d, isDispatch := o.Effect.(ledger.DispatchOrder); !isDispatch || d.Job != job {
+			t.Fatalf("order %+v (%v), want the dispatch of %s", o.Effect, o.Err, job)
+		}
+		if err := o.Ack(ctx); err != nil {
+			t.Fatalf("ack the order of %s: %v", job, err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no order of %s within 20s", job)
+	}
+}
+
+// TestOrdersSurviveADeletedConsumer deletes the host's durable consumer
+// under its reader: the bus reports the failure, creates the consumer
+// again, and delivers the next order.
+func TestOrdersSurviveADeletedConsumer(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Start(t).JetStream(t)
+	wb := newWorkerBus(t, js)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lost := make(lostLog, 64)
+	orders := wb.Orders(ctx, lost.lost)
+	lost.waitFor(t, false) // reading
+	order(ctx, t, js, "before")
+	receive(ctx, t, orders, "before")
+
+	if err := js.DeleteConsumer(ctx, subjects.Default.DispatchStream(), natsbus.ConsumerName("h1")); err != nil {
+		t.Fatal(err)
+	}
+	lost.waitFor(t, true)
+	lost.waitFor(t, false)
+	order(ctx, t, js, "after")
+	receive(ctx, t, orders, "after")
+
+	cancel()
+	select {
+	case _, ok := <-orders:
+		if ok {
+			t.Error("an order after the stop")
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the orders channel did not close within 10s of the stop")
+	}
+}
+
+// TestBusSurvivesAServerRestart stops the server and starts it again on
+// the same port and storage: reads of job records fail while it is away
+// (an error worth retrying, not a missing or bad record) and succeed after;
+// orders flow again on the same channel.
+func TestBusSurvivesAServerRestart(t *testing.T) {
+	t.Parallel()
+	ns := natstest.Start(t)
+	_, js := ns.JetStream(t)
+	wb := newWorkerBus(t, js)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	lkv, err := js.KeyValue(ctx, subjects.Default.LedgerBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &ledger.Job{ID: "j", Account: "a", GPUs: 1, Cost: 10, Command: []string{"true"}, Walltime: time.Minute,
+		MaxAttempts: 3, State: ledger.StateDispatched, Attempt: 1, Host: "h1", Held: 10}
+	data, err := ledger.MarshalJob(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lkv.Put(ctx, subjects.JobKey("j"), data); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lkv.Put(ctx, subjects.JobKey("bad"), []byte("{")); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := wb.Job(ctx, "j"); err != nil || j == nil || j.Attempt != 1 || j.Host != "h1" || j.State != ledger.StateDispatched {
+		t.Fatalf("Job(j) = %+v, %v; want attempt 1 dispatched to h1", j, err)
+	}
+	if j, err := wb.Job(ctx, "missing"); j != nil || err != nil {
+		t.Errorf("Job(missing) = %+v, %v; want nil, nil", j, err)
+	}
+	if _, err := wb.Job(ctx, "bad"); !errors.Is(err, worker.ErrBadRecord) {
+		t.Errorf("Job(bad) = %v, want ErrBadRecord", err)
+	}
+	lost := make(lostLog, 64)
+	orders := wb.Orders(ctx, lost.lost)
+	lost.waitFor(t, false)
+	order(ctx, t, js, "before")
+	receive(ctx, t, orders, "before")
+
+	ns.Stop()
+	short, stop := context.WithTimeout(ctx, 500*time.Millisecond)
+	j, err := wb.Job(short, "j")
+	stop()
+	if err == nil || errors.Is(err, worker.ErrBadRecord) || j != nil {
+		t.Errorf("Job while the server is down = %+v, %v; want an error worth retrying", j, err)
+	}
+	ns.Restart(t)
+
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		short, stop := context.WithTimeout(ctx, time.Second)
+		j, err := wb.Job(short, "j")
+		stop()
+		if err == nil && j != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Job after the restart: %+v, %v", j, err)
+		}
+	}
+	order(ctx, t, js, "after")
+	receive(ctx, t, orders, "after")
+}
+
+// logWatch shows a worker's logs in the test output and closes seen the
+// first time one contains want.
+type logWatch struct {
+	t    *testing.T
+	want string
+	once sync.Once
+	seen chan struct{}
+}
+
+func (l *logWatch) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), l.want) {
+		l.once.Do(func() { close(l.seen) })
+	}
+	return l.t.Output().Write(p)
+}
+
+// TestWorkerStartedBeforeTheServer starts a worker, on a bus given no
+// hosts bucket, while its server is down: it waits, through the server
+// coming up without gpuq's streams (which it says, once), and once they
+// are set up it heartbeats; stopped, it removes its heartbeat.
+func TestWorkerStartedBeforeTheServer(t *testing.T) {
+	t.Parallel()
+	// A server with a port of its own, down when the worker starts.
+	ns := natstest.Start(t)
+	url := ns.URLs()
+	ns.Stop()
+
+	nc, err := nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := subjects.Default
+	wb, err := natsbus.NewWorkerBus(js, n, "h1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu, err := nvmlgpu.Simulate("h1-"+t.Name(), "dgxh100", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = gpu.Close() }() // test teardown
+	waiting := &logWatch{t: t, want: "cannot find the orders stream", seen: make(chan struct{})}
+	w, err := worker.New(worker.Config{Host: "h1", GPU: gpu, Bus: wb, StateDir: t.TempDir(),
+		Logger:            slog.New(slog.NewTextHandler(waiting, nil)),
+		HeartbeatInterval: 100 * time.Millisecond, HeartbeatTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+
+	ns.Restart(t)
+	select {
+	case <-waiting.seen:
+	case err := <-done:
+		t.Fatalf("the worker exited: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the worker did not say it waits for the orders stream within 20s")
+	}
+	_, ajs := ns.JetStream(t)
+	if err := natsbus.Setup(ctx, ajs, n, natsbus.SetupConfig{}); err != nil {
+		t.Fatalf("setup: %v", err)
+	}
+	hkv, err := ajs.KeyValue(ctx, n.HostsBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := hkv.Get(ctx, "h1"); err == nil {
+			break
+		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the worker exited: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no heartbeat within 20s of the server starting")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run = %v, want nil", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the worker did not stop within 20s")
+	}
+	if _, err := hkv.Get(context.Background(), "h1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("the heartbeat after the stop: %v, want it removed", err)
+	}
+}

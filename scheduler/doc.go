@@ -1,0 +1,55 @@
+// Package scheduler decides what runs where, and folds the command log into
+// the ledger while it leads.
+//
+// [Core] is the decider: it keeps the queue of pending jobs (priority, then
+// fair share, then age), the live hosts and their free GPUs, and returns its
+// decisions as values from [Core.Decide] (dispatches, lost and unplaceable
+// verdicts, admissions). It performs no I/O and reads no clock: the caller
+// passes the time. A decision takes effect only when the fold applies it from
+// the log. [Explain] answers why a job waits by the same rules.
+//
+// [Service] is the process around it: it contends for the leader lease
+// and, while it holds it, folds every command into a [ledger.State], persists
+// the changed records, sends the effects, moves the checkpoint, and
+// publishes the core's decisions. Its seams ([Store], [Lease], [Log],
+// [Publisher], [HostWatcher]) are implemented over JetStream by
+// internal/natsstore and internal/natsbus; this package imports no NATS.
+//
+// # Placement
+//
+// A GPU is free for a new job only if the host's latest heartbeat shows it
+// healthy, free of foreign processes and held by no attempt (whatever the
+// ledger thinks of that attempt: a job whose end the ledger has applied but
+// whose worker has not freed its GPUs yet, or a stale run of a restarted
+// worker), and no ledger job or decision in flight is waiting to claim it.
+// A host whose worker refuses an order is backed off: it gets nothing for
+// [CoreConfig.HostBackoff]'s delay for its refusals in a row (1s, doubling,
+// at most 30s by default), counted from the ledger's record of refusals and
+// starts, and reset when it next reports an attempt started. A refusal
+// because the GPUs were taken ([ledger.Report.Busy]) spends none of the job's
+// attempts and waits no retry delay.
+//
+// # Outages
+//
+// [Service.Run] rides out the server's absence for as long as it lasts.
+// While the lease cannot be reached, it retries with backoff (logging
+// "cannot reach the lease; retrying" once, then "lease reachable again"). A
+// term that fails (its lease not renewed, a write fenced or timed out, the
+// view not loaded, the log follower or the hosts watch ended or stuck) steps
+// down and contends again, waiting longer after each term in a row that
+// failed early ("stepped down; contending again" once, then debug lines).
+// Run returns only when its context ends, on a misconfiguration no retry
+// can mend ([ErrMisconfigured]), or when the command log has lost entries
+// the ledger has not applied, found at the same place by three terms in a
+// row ([ErrLogGap]).
+//
+// A minimal decision round:
+//
+//	core := scheduler.NewCore(scheduler.CoreConfig{})
+//	core.Load(state)                  // the ledger as folded
+//	core.SetHost(heartbeat, now)      // each host's latest heartbeat
+//	for _, d := range core.Decide(state, now) {
+//		// publish d on the log; fold it when it comes back, then
+//		// core.Observe(state, d, result)
+//	}
+package scheduler
