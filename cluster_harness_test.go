@@ -106,8 +106,9 @@ const failOverWait = 40 * time.Second
 
 // submitThrough submits a job running command as submitCmd does, but tries
 // again while the servers fail over (a lost publish, an answer that did not
-// come): the same id with the same terms is the same job. It fails the test
-// on a rejection or when failOverWait passes.
+// come): the same id with the same terms is the same job, and a try whose
+// earlier one was stored is answered ignored as a duplicate. It fails the
+// test on a rejection or when failOverWait passes.
 func (c *cluster) submitThrough(account, id string, gpus int, cost ledger.Credits, command ...string) wire.JobEvent {
 	c.t.Helper()
 	deadline := time.Now().Add(failOverWait)
@@ -118,7 +119,7 @@ func (c *cluster) submitThrough(account, id string, gpus int, cost ledger.Credit
 		cancel()
 		var rej *client.RejectedError
 		switch {
-		case err == nil && ev.Type == ledger.EventAccepted:
+		case err == nil && (ev.Type == ledger.EventAccepted || ev.Type == ledger.EventIgnored && ev.Reason == ledger.ReasonDuplicate):
 			return ev
 		case errors.As(err, &rej), err == nil:
 			c.t.Fatalf("submit %s: %+v, %v", id, ev, err)
