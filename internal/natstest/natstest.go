@@ -13,6 +13,11 @@
 // nodes' routes pass through proxies of this package: Kill cuts every route
 // before the node shuts down, so its hand-overs reach no one.
 //
+// [StartCluster] and a node's [Server.Restart] return only once the routes
+// between the nodes have settled: while two nodes drop the duplicate routes
+// they dialled to one another, a message can be lost, and a request whose
+// reply is lost waits out its whole timeout.
+//
 // Ports are picked below the kernel's ephemeral range: a client that keeps
 // dialling a stopped server's port from an ephemeral port can then never
 // connect to itself and hold the port the server needs back.
