@@ -110,7 +110,10 @@ func (f *connFlags) dial(name string) (*nats.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(f.url, append(opts, nats.RetryOnFailedConnect(true))...)
+	// Pings every 10s notice a server that vanished without closing the
+	// connection (a lost machine) within about 30s, not the default 4-6m.
+	nc, err := nats.Connect(f.url, append(opts, nats.RetryOnFailedConnect(true),
+		nats.PingInterval(10*time.Second), nats.MaxPingsOutstanding(3))...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", f.url, err)
 	}
