@@ -285,7 +285,7 @@ func (k *campaign) killWorker() {
 	}
 	w.crash(k.t)
 	delete(k.workers, h)
-	k.down[h] = 3 + k.rng.IntN(20) // it comes back after that many steps
+	k.down[h] = 3 + k.rng.IntN(40) // it comes back after that many steps, often past LostAfter
 }
 
 // reviveWorkers restarts crashed workers whose time has come, or all of

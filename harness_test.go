@@ -41,26 +41,7 @@ type cluster struct {
 
 func newCluster(t testing.TB) *cluster {
 	t.Helper()
-	srv := natstest.Start(t)
-	nc, js := srv.JetStream(t)
-	ctx := context.Background()
-	n := subjects.Default
-	if err := natsbus.Setup(ctx, js, n, natsbus.SetupConfig{}); err != nil {
-		t.Fatalf("setup: %v", err)
-	}
-	lkv, err := js.KeyValue(ctx, n.LedgerBucket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	hkv, err := js.KeyValue(ctx, n.HostsBucket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(nc, client.WithTimeout(20*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &cluster{t: t, srv: srv, nc: nc, js: js, n: n, c: c, ledger: lkv, hosts: hkv}
+	return newClusterOn(t, natstest.Start(t), natsbus.SetupConfig{})
 }
 
 // sched is a running scheduler service.
