@@ -96,6 +96,7 @@ func startScheduler(ctx context.Context, nc *nats.Conn, n subjects.Names, o sche
 	if err != nil {
 		return nil, err
 	}
+	lease.Logger = log.With("component", "scheduler")
 	return scheduler.New(scheduler.Config{
 		Store: natsstore.New(js, lkv), Lease: lease, Log: natsbus.NewLog(js, n),
 		Publisher: natsbus.NewPublisher(js), Hosts: natsbus.NewHosts(hkv, log),

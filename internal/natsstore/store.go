@@ -11,10 +11,12 @@
 package natsstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -315,7 +317,11 @@ func mapConflict(err error) error {
 
 // Lease is the leader lease: key sched.leader in the ledger bucket, created
 // with a TTL and renewed with a compare-and-swap that sets the TTL again. A
-// Lease is used by one goroutine at a time.
+// contender that finds the key holding something no scheduler wrote (a value
+// that is not a lease, or one older than the TTL it names, so written
+// without one) reports it and removes it, conditioned on its revision,
+// instead of waiting on it forever. A Lease is used by one goroutine at a
+// time.
 type Lease struct {
 	js     jetstream.JetStream
 	kv     jetstream.KeyValue
@@ -323,13 +329,27 @@ type Lease struct {
 	ttl    time.Duration
 	poll   time.Duration
 	rev    uint64
+	margin time.Duration // leaseClockMargin; tests shorten it
+	// Logger receives the lease's reports of values it had to remove.
+	// Defaults to discarding them.
+	Logger *slog.Logger
 }
 
 type leaseValue struct {
 	V      int       `json:"v"`
 	Holder string    `json:"holder"`
 	At     time.Time `json:"at"`
+	// TTL is the holder's lease TTL. A lease key older than it (and a
+	// margin for the clocks) was not written with it: no TTL'd key lives
+	// that long.
+	TTL string `json:"ttl,omitempty"`
 }
+
+// leaseClockMargin is how much older than its TTL a lease key may look,
+// through the difference between this host's clock and the server's,
+// before it is taken for a key that never expires. Generous: a standby whose
+// clock runs ahead must not remove a live lease.
+const leaseClockMargin = 30 * time.Second
 
 // NewLease returns a lease for holder (a name for logs and `gpuq` output)
 // with the given TTL, whole seconds of at least 1s.
@@ -337,15 +357,71 @@ func NewLease(js jetstream.JetStream, kv jetstream.KeyValue, holder string, ttl 
 	if ttl < time.Second || ttl%time.Second != 0 {
 		return nil, fmt.Errorf("natsstore: lease TTL %v must be whole seconds, at least 1s", ttl)
 	}
-	return &Lease{js: js, kv: kv, holder: holder, ttl: ttl, poll: min(ttl/4, 250*time.Millisecond)}, nil
+	return &Lease{js: js, kv: kv, holder: holder, ttl: ttl, poll: min(ttl/4, 250*time.Millisecond), margin: leaseClockMargin}, nil
 }
 
 // TTL returns the lease's time to live.
 func (l *Lease) TTL() time.Duration { return l.ttl }
 
 func (l *Lease) value() []byte {
-	data, _ := json.Marshal(leaseValue{V: 1, Holder: l.holder, At: time.Now().UTC()}) // cannot fail: plain fields
+	data, _ := json.Marshal(leaseValue{V: 1, Holder: l.holder, At: time.Now().UTC(), TTL: l.ttl.String()}) // cannot fail: plain fields
 	return data
+}
+
+// notALease says why e, the lease key's current entry, cannot be a live
+// lease that some scheduler wrote: its value is not a lease, or it has
+// outlived the TTL it declares (it was written without one). "" when it may
+// be one.
+func notALease(e jetstream.KeyValueEntry, now time.Time, margin time.Duration) string {
+	var v leaseValue
+	dec := json.NewDecoder(bytes.NewReader(e.Value()))
+	if err := dec.Decode(&v); err != nil || dec.More() || v.V != 1 || v.Holder == "" || v.At.IsZero() {
+		return "its value is not a lease"
+	}
+	if v.TTL == "" {
+		return "" // written before leases named their TTL
+	}
+	ttl, err := time.ParseDuration(v.TTL)
+	if err != nil || ttl <= 0 {
+		return "its value is not a lease"
+	}
+	if age := now.Sub(e.Created()); age > ttl+margin {
+		return fmt.Sprintf("it is %v old, past its TTL of %v: it was written without one and would never expire", age.Round(time.Second), ttl)
+	}
+	return ""
+}
+
+// repair removes the lease key when its current entry cannot be a live
+// lease (see notALease), so that a value another client put there, such as
+// a server answer sent to a forged reply subject, does not keep every
+// scheduler from leading. The delete is conditioned on the entry's
+// revision: a real lease written meanwhile stays.
+func (l *Lease) repair(ctx context.Context) error {
+	e, err := l.kv.Get(ctx, subjects.LeaderKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", subjects.LeaderKey, err)
+	}
+	why := notALease(e, time.Now(), l.margin)
+	if why == "" {
+		return nil
+	}
+	snippet := e.Value()
+	if len(snippet) > 120 {
+		snippet = snippet[:120]
+	}
+	if l.Logger != nil {
+		l.Logger.ErrorContext(ctx, "the leader lease key holds a value no scheduler wrote; removing it so a scheduler can lead",
+			slog.String("key", subjects.LeaderKey), slog.Uint64("revision", e.Revision()), slog.String("why", why),
+			slog.String("value", string(snippet)))
+	}
+	err = l.kv.Purge(ctx, subjects.LeaderKey, jetstream.LastRevision(e.Revision()))
+	if err != nil && !errors.Is(mapConflict(err), scheduler.ErrConflict) {
+		return fmt.Errorf("remove the bad %s: %w", subjects.LeaderKey, err)
+	}
+	return nil
 }
 
 // TryAcquire tries once to take the lease by creating its key: true if this
@@ -365,6 +441,11 @@ func (l *Lease) TryAcquire(ctx context.Context) (bool, error) {
 		l.rev = rev
 		return true, nil
 	case errors.Is(err, jetstream.ErrKeyExists):
+		// Another holder's, unless the key holds something no scheduler
+		// wrote: then it is removed, and the next try may take it.
+		if err := l.repair(ctx); err != nil {
+			return false, permanent(err)
+		}
 		return false, nil
 	}
 	return false, fmt.Errorf("create %s: %w", subjects.LeaderKey, permanent(err))

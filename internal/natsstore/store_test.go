@@ -7,6 +7,7 @@ package natsstore_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -330,4 +331,67 @@ func TestLeaseMisconfigured(t *testing.T) {
 	if _, err := l.TryAcquire(ctx); !errors.Is(err, scheduler.ErrMisconfigured) {
 		t.Errorf("TryAcquire on a closed connection = %v, want ErrMisconfigured", err)
 	}
+}
+
+// TestLeaseRepairsAKeyNoSchedulerWrote: the lease key can be overwritten by
+// a client outside gpuq (a server answer sent to a forged reply subject
+// lands there as a value without a TTL). A contender must not wait on it
+// forever: a value that is not a lease, or a lease that has outlived the
+// TTL it names, is removed and the lease taken. A live lease, renewed
+// within its TTL, is never removed.
+func TestLeaseRepairsAKeyNoSchedulerWrote(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name  string
+		value string
+		wait  time.Duration // before contending: past the named TTL plus the margin
+	}{
+		{"a stream info answer", `{"type":"io.nats.jetstream.api.v1.stream_info_response","config":{"name":"GPUQ_EVENTS"}}`, 0},
+		{"not JSON", `<<<<`, 0},
+		{"a lease without its TTL", `{"v":1,"holder":"ghost","at":"2026-12-01T00:00:00Z","ttl":"1s"}`, 2500 * time.Millisecond},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			js, kv := setup(t, natsbus.SetupConfig{})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if _, err := kv.Put(ctx, subjects.LeaderKey, []byte(tt.value)); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(tt.wait) // the point of the case: the value outlives the TTL it names
+			var logs strings.Builder
+			l, _ := natsstore.NewLease(js, kv, "new", time.Second)
+			natsstore.SetClockMargin(l, time.Second)
+			l.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			if err := l.Acquire(ctx); err != nil {
+				t.Fatalf("Acquire over %s: %v", tt.name, err)
+			}
+			if holder, err := l.Holder(ctx); err != nil || holder != "new" {
+				t.Errorf("holder = %q, %v; want new", holder, err)
+			}
+			if !strings.Contains(logs.String(), "the leader lease key holds a value no scheduler wrote") {
+				t.Errorf("the repair was not reported; logs:\n%s", logs.String())
+			}
+		})
+	}
+	t.Run("a live lease stays", func(t *testing.T) {
+		t.Parallel()
+		js, kv := setup(t, natsbus.SetupConfig{})
+		ctx := context.Background()
+		holder, _ := natsstore.NewLease(js, kv, "holder", time.Second)
+		if err := holder.Acquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+		other, _ := natsstore.NewLease(js, kv, "other", time.Second)
+		natsstore.SetClockMargin(other, time.Second)
+		for range 12 { // 3s of renewals every 250ms, past TTL plus margin
+			if err := holder.Renew(ctx); err != nil {
+				t.Fatalf("renew: %v", err)
+			}
+			if held, err := other.TryAcquire(ctx); held || err != nil {
+				t.Fatalf("TryAcquire against a live lease = %v, %v", held, err)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	})
 }
