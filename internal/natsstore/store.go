@@ -318,9 +318,9 @@ func mapConflict(err error) error {
 // Lease is the leader lease: key sched.leader in the ledger bucket, created
 // with a TTL and renewed with a compare-and-swap that sets the TTL again. A
 // contender that finds the key holding something no scheduler wrote (a value
-// that is not a lease, or one older than the TTL it names, so written
-// without one) reports it and removes it, conditioned on its revision,
-// instead of waiting on it forever. A Lease is used by one goroutine at a
+// that is not a lease, or a lease revision that stays current past the TTL
+// it names, so written without one) reports it and removes it, conditioned
+// on its revision, instead of waiting on it forever. A Lease is used by one goroutine at a
 // time.
 type Lease struct {
 	js     jetstream.JetStream
@@ -329,7 +329,11 @@ type Lease struct {
 	ttl    time.Duration
 	poll   time.Duration
 	rev    uint64
-	margin time.Duration // leaseClockMargin; tests shorten it
+	// seenRev is the lease key's revision as this contender last found
+	// it, seenAt when (on this host's monotonic clock) it first did, and
+	// checkedAt when it last read the key to check it.
+	seenRev           uint64
+	seenAt, checkedAt time.Time
 	// Logger receives the lease's reports of values it had to remove.
 	// Defaults to discarding them.
 	Logger *slog.Logger
@@ -339,17 +343,15 @@ type leaseValue struct {
 	V      int       `json:"v"`
 	Holder string    `json:"holder"`
 	At     time.Time `json:"at"`
-	// TTL is the holder's lease TTL. A lease key older than it (and a
-	// margin for the clocks) was not written with it: no TTL'd key lives
-	// that long.
+	// TTL is the holder's lease TTL: a revision of the key that stays
+	// current for longer was written without it and would never expire.
 	TTL string `json:"ttl,omitempty"`
 }
 
-// leaseClockMargin is how much older than its TTL a lease key may look,
-// through the difference between this host's clock and the server's,
-// before it is taken for a key that never expires. Generous: a standby whose
-// clock runs ahead must not remove a live lease.
-const leaseClockMargin = 30 * time.Second
+// leaseTTLMargin is how much longer than its TTL a revision of the lease key
+// may be seen current before it is taken for one that never expires: the
+// server removes an expired key within about a second.
+const leaseTTLMargin = 2 * time.Second
 
 // NewLease returns a lease for holder (a name for logs and `gpuq` output)
 // with the given TTL, whole seconds of at least 1s.
@@ -357,7 +359,7 @@ func NewLease(js jetstream.JetStream, kv jetstream.KeyValue, holder string, ttl 
 	if ttl < time.Second || ttl%time.Second != 0 {
 		return nil, fmt.Errorf("natsstore: lease TTL %v must be whole seconds, at least 1s", ttl)
 	}
-	return &Lease{js: js, kv: kv, holder: holder, ttl: ttl, poll: min(ttl/4, 250*time.Millisecond), margin: leaseClockMargin}, nil
+	return &Lease{js: js, kv: kv, holder: holder, ttl: ttl, poll: min(ttl/4, 250*time.Millisecond)}, nil
 }
 
 // TTL returns the lease's time to live.
@@ -368,35 +370,37 @@ func (l *Lease) value() []byte {
 	return data
 }
 
-// notALease says why e, the lease key's current entry, cannot be a live
-// lease that some scheduler wrote: its value is not a lease, or it has
-// outlived the TTL it declares (it was written without one). "" when it may
-// be one.
-func notALease(e jetstream.KeyValueEntry, now time.Time, margin time.Duration) string {
+// leaseTTL reads a lease value: the TTL it names (0 when it names none,
+// as leases written before they named one), or ok false when the value is
+// not a lease at all.
+func leaseTTL(data []byte) (ttl time.Duration, ok bool) {
 	var v leaseValue
-	dec := json.NewDecoder(bytes.NewReader(e.Value()))
-	if err := dec.Decode(&v); err != nil || dec.More() || v.V != 1 || v.Holder == "" || v.At.IsZero() {
-		return "its value is not a lease"
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&v); err != nil || dec.More() || v.V < 1 || v.Holder == "" || v.At.IsZero() {
+		return 0, false
 	}
 	if v.TTL == "" {
-		return "" // written before leases named their TTL
+		return 0, true
 	}
 	ttl, err := time.ParseDuration(v.TTL)
-	if err != nil || ttl <= 0 {
-		return "its value is not a lease"
-	}
-	if age := now.Sub(e.Created()); age > ttl+margin {
-		return fmt.Sprintf("it is %v old, past its TTL of %v: it was written without one and would never expire", age.Round(time.Second), ttl)
-	}
-	return ""
+	return ttl, err == nil && ttl > 0
 }
 
-// repair removes the lease key when its current entry cannot be a live
-// lease (see notALease), so that a value another client put there, such as
-// a server answer sent to a forged reply subject, does not keep every
-// scheduler from leading. The delete is conditioned on the entry's
-// revision: a real lease written meanwhile stays.
+// repair removes the lease key when it cannot be a live lease that some
+// scheduler wrote, so that a value another client put there (a server
+// answer sent to a forged reply subject) does not keep every scheduler from
+// leading: a value that is not a lease is removed at once; a lease whose
+// revision this contender has seen current for longer than the TTL it
+// names (counted on this host's own clock, so no clock skew can depose a
+// live leader) was written without one and is removed too. The removal is
+// conditioned on the revision, so a lease renewed meanwhile stays. It reads
+// the key at most every half of this lease's TTL.
 func (l *Lease) repair(ctx context.Context) error {
+	now := time.Now()
+	if now.Sub(l.checkedAt) < l.ttl/2 {
+		return nil
+	}
+	l.checkedAt = now
 	e, err := l.kv.Get(ctx, subjects.LeaderKey)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil
@@ -404,8 +408,18 @@ func (l *Lease) repair(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read %s: %w", subjects.LeaderKey, err)
 	}
-	why := notALease(e, time.Now(), l.margin)
-	if why == "" {
+	if e.Revision() != l.seenRev {
+		l.seenRev, l.seenAt = e.Revision(), now
+	}
+	ttl, ok := leaseTTL(e.Value())
+	var why string
+	switch {
+	case !ok:
+		why = "its value is not a lease"
+	case ttl > 0 && now.Sub(l.seenAt) > ttl+leaseTTLMargin:
+		why = fmt.Sprintf("its revision %d has stood for %v, past its TTL of %v: it was written without one and would never expire",
+			e.Revision(), now.Sub(l.seenAt).Round(time.Second), ttl)
+	default:
 		return nil
 	}
 	snippet := e.Value()
