@@ -206,7 +206,7 @@ func TestDeployConfigRoles(t *testing.T) {
 	} else if j, err := ledger.UnmarshalJob(e.Value()); err != nil || j.State != ledger.StateSucceeded {
 		t.Errorf("the job record a worker read: %+v, %v", j, err)
 	}
-	if _, err := wlkv.Get(short(), "account.vision"); err == nil {
+	if _, err := wlkv.Get(short(), subjects.AccountKey("vision")); err == nil {
 		t.Error("a worker read an account record")
 	}
 }

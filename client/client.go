@@ -17,7 +17,6 @@ package client
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -130,11 +129,7 @@ func (c *Client) Submit(ctx context.Context, s ledger.Submit) (wire.JobEvent, er
 	if err != nil {
 		return wire.JobEvent{}, fmt.Errorf("submit %s: %w", s.ID, err)
 	}
-	var nonce [8]byte
-	if _, err := rand.Read(nonce[:]); err != nil {
-		return wire.JobEvent{}, fmt.Errorf("submit %s: %w", s.ID, err)
-	}
-	return c.jobCommand(ctx, wire.WithNonce(msg, hex.EncodeToString(nonce[:])), s.Account, s.ID)
+	return c.jobCommand(ctx, wire.WithNonce(msg, rand.Text()), s.Account, s.ID)
 }
 
 // Cancel asks the scheduler to cancel job of account and waits for its

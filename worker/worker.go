@@ -573,7 +573,6 @@ func (w *Worker) current(run context.Context, a Attempt) (bool, string, error) {
 func (w *Worker) run(ctx context.Context, r *attempt) {
 	defer w.wg.Done()
 	a := r.spec.Attempt
-	defer w.claims.Release(a) // on every way out; a no-op once released
 	out := newOutput(ctx, w, a)
 	proc, err := startProcess(r.spec, out.stdout, out.stderr, w.cfg.KillGrace)
 	var o Outcome

@@ -110,10 +110,11 @@ func (f *connFlags) dial(name string) (*nats.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Pings every 10s notice a server that vanished without closing the
-	// connection (a lost machine) within about 30s, not the default 4-6m.
+	// Pings every 3s notice a server that vanished without closing the
+	// connection (a lost machine) within 6-9s, inside a worker's 10s
+	// heartbeat TTL, not the default 4-6m.
 	nc, err := nats.Connect(f.url, append(opts, nats.RetryOnFailedConnect(true),
-		nats.PingInterval(10*time.Second), nats.MaxPingsOutstanding(3))...)
+		nats.PingInterval(3*time.Second), nats.MaxPingsOutstanding(2))...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", f.url, err)
 	}

@@ -352,11 +352,11 @@ func Transient(err error) bool {
 		10008, // JSClusterNotAvailErr: JetStream system temporarily unavailable
 		10009, // JSClusterNotLeaderErr: JetStream cluster can not handle request
 		10023, // JSInsufficientResourcesErr
-		10039, // JSNotEnabledForAccountErr: also what no responders map to while JetStream starts
-		10076, // JSNotEnabledErr: likewise
-		10118, // JSStreamOfflineErr
-		10163, // JSStreamExpectedLastSeqPerSubjectNotReady
-		10202: // JSClusterServerMemberChangeInflightErr
+		jetstream.JSErrCodeJetStreamNotEnabledForAccount, // also what no responders map to while JetStream starts
+		jetstream.JSErrCodeJetStreamNotEnabled,           // likewise
+		10118,                                            // JSStreamOfflineErr
+		10163,                                            // JSStreamExpectedLastSeqPerSubjectNotReady
+		10202:                                            // JSClusterServerMemberChangeInflightErr
 		return true
 	}
 	return false

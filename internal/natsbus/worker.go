@@ -155,15 +155,20 @@ func (b *WorkerBus) Job(ctx context.Context, id string) (*ledger.Job, error) {
 // on the next call.
 func (b *WorkerBus) ledgerBucket(ctx context.Context) (jetstream.KeyValue, error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.ledger != nil {
-		return b.ledger, nil
+	kv := b.ledger
+	b.mu.Unlock()
+	if kv != nil {
+		return kv, nil
 	}
+	// Bound without the lock, which must not wait on the network; two
+	// binds at once are harmless.
 	kv, err := b.js.KeyValue(ctx, b.n.LedgerBucket())
 	if err != nil {
 		return nil, fmt.Errorf("bind bucket %s: %w", b.n.LedgerBucket(), err)
 	}
+	b.mu.Lock()
 	b.ledger = kv
+	b.mu.Unlock()
 	return kv, nil
 }
 
@@ -202,11 +207,7 @@ func (b *WorkerBus) Beat(ctx context.Context, h wire.Host, ttl time.Duration) er
 	if err != nil {
 		return err
 	}
-	bucket := b.n.HostsBucket()
-	if kv := b.hostsBucket(); kv != nil {
-		bucket = kv.Bucket()
-	}
-	m := nats.NewMsg(subjects.KVSubject(bucket, subjects.HostKey(b.host)))
+	m := nats.NewMsg(subjects.KVSubject(b.n.HostsBucket(), subjects.HostKey(b.host)))
 	m.Data = data
 	_, err = b.js.PublishMsg(ctx, m, jetstream.WithMsgTTL(ttl))
 	return err
