@@ -312,8 +312,8 @@ type term struct {
 	msgs    []wire.Message
 	caught  bool // the last folded entry was the log's last
 	samples []sample
-	// expectBy is set when the term stores decisions on the log, which the
-	// follower must then deliver: the term ends if nothing comes by then.
+	// expectBy is set when the term stores new decisions on the log, which
+	// the follower must then deliver: the term ends if nothing comes by then.
 	expectBy time.Time
 	// publishing and trimming are failing while their last try failed.
 	publishing, trimming spell
@@ -526,7 +526,7 @@ func (t *term) flush(ctx context.Context) error {
 			return fmt.Errorf("%v: %w", err, ErrStopped)
 		}
 	}
-	if err := t.s.cfg.Publisher.Publish(ctx, t.msgs); err != nil {
+	if _, err := t.s.cfg.Publisher.Publish(ctx, t.msgs); err != nil {
 		return fmt.Errorf("send effects through %d: %w", t.applied, err)
 	}
 	if hooks.AfterEffects != nil {
@@ -609,7 +609,8 @@ func (t *term) decide(ctx context.Context, now time.Time) {
 		msgs = append(msgs, msg)
 		sent = append(sent, c)
 	}
-	if err := t.s.cfg.Publisher.Publish(ctx, msgs); err != nil {
+	stored, err := t.s.cfg.Publisher.Publish(ctx, msgs)
+	if err != nil {
 		t.publishing.failed(t.s.log, "cannot publish decisions; deciding again later", slog.Int("decisions", len(msgs)), slog.Any("err", err))
 		for _, c := range sent {
 			t.core.Abandon(t.state, c)
@@ -617,7 +618,10 @@ func (t *term) decide(ctx context.Context, now time.Time) {
 		return
 	}
 	t.publishing.ok(t.s.log, "publishing decisions again")
-	if t.expectBy.IsZero() {
+	// Only decisions stored anew come back through the follower: ones the
+	// log already had (decided again inside the duplicate window, say by a
+	// new term) bring nothing to wait for.
+	if stored > 0 && t.expectBy.IsZero() {
 		t.expectBy = now.Add(followStallTimeout)
 	}
 	t.s.log.Debug("decided", slog.Int("decisions", len(sent)))

@@ -133,17 +133,22 @@ type fakePublisher struct {
 	fails int
 	calls int
 	msgs  []wire.Message
+	// dups makes every message one the server already had.
+	dups bool
 }
 
-func (p *fakePublisher) Publish(_ context.Context, msgs []wire.Message) error {
+func (p *fakePublisher) Publish(_ context.Context, msgs []wire.Message) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.calls++
 	if p.calls <= p.fails {
-		return errTimeout
+		return 0, errTimeout
 	}
 	p.msgs = append(p.msgs, msgs...)
-	return nil
+	if p.dups {
+		return 0, nil
+	}
+	return len(msgs), nil
 }
 
 // fakeHosts reports the given heartbeats and then nothing until ctx ends.
@@ -444,6 +449,33 @@ func TestPublishFailuresAreLoggedOnce(t *testing.T) {
 		}
 		if got := s.logs.count("INFO publishing decisions again"); got != 1 {
 			t.Errorf("logged the recovery %d times, want once", got)
+		}
+		if err := s.stop(); err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	})
+}
+
+// TestDuplicateDecisionsAreNoStall: decisions the log already had (the
+// server answers them as duplicates) bring nothing back through the
+// follower, so a term that hears nothing after them is not stuck and keeps
+// leading.
+func TestDuplicateDecisionsAreNoStall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &service{store: &fakeStore{view: pendingJobView}, hosts: oneGPU, pub: &fakePublisher{dups: true}}
+		runService(t, s)
+		s.waitLead(t)
+		time.Sleep(45 * time.Second) // three times the 15s a stuck follower is given
+		synctest.Wait()
+		s.stillRunning(t)
+		if s.log.terms != 1 {
+			t.Errorf("followed the log %d times, want the one term to go on", s.log.terms)
+		}
+		s.pub.mu.Lock()
+		n := len(s.pub.msgs)
+		s.pub.mu.Unlock()
+		if n == 0 {
+			t.Error("no decision was published")
 		}
 		if err := s.stop(); err != nil {
 			t.Errorf("Run = %v", err)

@@ -107,9 +107,11 @@ type Follower interface {
 }
 
 // Publisher publishes messages, each with its de-duplication id, and
-// returns once the server has stored every one.
+// returns once the server has stored every one. stored counts the messages
+// this call stored anew; the others the server already had (duplicates
+// inside its window), so they bring nothing new to a reader.
 type Publisher interface {
-	Publish(ctx context.Context, msgs []wire.Message) error
+	Publish(ctx context.Context, msgs []wire.Message) (stored int, err error)
 }
 
 // HostUpdate is a change to the hosts bucket: a heartbeat, or Host nil when

@@ -138,19 +138,32 @@ const chunk = 1024
 const defaultAckTimeout = 10 * time.Second
 
 // Publish publishes msgs in order and returns once the server has stored
-// each (a duplicate inside the window counts as stored).
-func (p *Publisher) Publish(ctx context.Context, msgs []wire.Message) error {
+// each (a duplicate inside the window counts as stored), with how many it
+// stored anew: those not acknowledged as duplicates. (A message stored by a
+// try whose answer was lost is acknowledged as a duplicate on the retry, so
+// the count can fall short; it never counts a message the server already had
+// before the call.)
+func (p *Publisher) Publish(ctx context.Context, msgs []wire.Message) (int, error) {
+	stored := 0
 	for len(msgs) > 0 {
 		n := min(len(msgs), chunk)
-		if err := p.publishChunk(ctx, msgs[:n]); err != nil {
-			return err
+		s, err := p.publishChunk(ctx, msgs[:n])
+		stored += s
+		if err != nil {
+			return stored, err
 		}
 		msgs = msgs[n:]
 	}
-	return nil
+	return stored, nil
 }
 
-func (p *Publisher) publishChunk(ctx context.Context, msgs []wire.Message) error {
+func (p *Publisher) publishChunk(ctx context.Context, msgs []wire.Message) (int, error) {
+	stored := 0
+	count := func(ack *jetstream.PubAck) {
+		if ack != nil && !ack.Duplicate {
+			stored++
+		}
+	}
 	futs := make([]jetstream.PubAckFuture, len(msgs))
 	for i, m := range msgs {
 		f, err := p.js.PublishMsgAsync(natsMsg(m))
@@ -167,13 +180,15 @@ func (p *Publisher) publishChunk(ctx context.Context, msgs []wire.Message) error
 		case expired:
 			// Past the timeout: take an answer already in, wait for none.
 			select {
-			case <-f.Ok():
+			case ack := <-f.Ok():
+				count(ack)
 				continue
 			default:
 			}
 		default:
 			select {
-			case <-f.Ok():
+			case ack := <-f.Ok():
+				count(ack)
 				continue
 			case <-f.Err():
 			case <-timeout.C:
@@ -182,22 +197,26 @@ func (p *Publisher) publishChunk(ctx context.Context, msgs []wire.Message) error
 				// store is acked again as a duplicate.
 				expired = true
 			case <-ctx.Done():
-				return ctx.Err()
+				return stored, ctx.Err()
 			}
 		}
-		if err := p.retry(ctx, msgs[i]); err != nil {
-			return err
+		ack, err := p.retry(ctx, msgs[i])
+		if err != nil {
+			return stored, err
 		}
+		count(ack)
 	}
-	return nil
+	return stored, nil
 }
 
 // retry publishes one message synchronously until it is stored.
-func (p *Publisher) retry(ctx context.Context, m wire.Message) error {
+func (p *Publisher) retry(ctx context.Context, m wire.Message) (*jetstream.PubAck, error) {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxElapsedTime = 20*time.Millisecond, p.MaxElapsed
-	return backoff.Retry(func() error {
-		_, err := p.js.PublishMsg(ctx, natsMsg(m))
+	var ack *jetstream.PubAck
+	err := backoff.Retry(func() error {
+		var err error
+		ack, err = p.js.PublishMsg(ctx, natsMsg(m))
 		if err != nil && ctx.Err() != nil {
 			return backoff.Permanent(ctx.Err())
 		}
@@ -206,6 +225,7 @@ func (p *Publisher) retry(ctx context.Context, m wire.Message) error {
 		}
 		return nil
 	}, backoff.WithContext(b, ctx))
+	return ack, err
 }
 
 func natsMsg(m wire.Message) *nats.Msg {

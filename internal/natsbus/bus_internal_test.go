@@ -53,7 +53,7 @@ func TestPublishBoundsTheWaitForAcks(t *testing.T) {
 		{Subject: "gpuq.cmd.sched.dispatch", MsgID: "b"},
 		{Subject: "gpuq.cmd.sched.dispatch", MsgID: "c"},
 	}
-	if err := p.Publish(ctx, msgs); err != nil {
+	if _, err := p.Publish(ctx, msgs); err != nil {
 		t.Fatalf("Publish = %v, want each message stored one by one after the timeout", err)
 	}
 	if got := js.stored; len(got) != 3 || got[0] != "a" || got[1] != "b" || got[2] != "c" {
