@@ -26,6 +26,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -77,6 +78,9 @@ type campaignJob struct {
 
 func TestFaultCampaign(t *testing.T) {
 	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("the jobs' marker lines take their start time from GNU date's %N")
+	}
 	seed := *campaignSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
@@ -228,9 +232,10 @@ func (k *campaign) killLeader() {
 	if i < 0 {
 		return
 	}
+	start := time.Now()
 	k.kill(i)
 	k.startScheduler()
-	k.waitTakeover()
+	k.waitTakeover(start)
 }
 
 func (k *campaign) killStandby() {
@@ -250,9 +255,7 @@ func (k *campaign) killStandby() {
 func (k *campaign) kill(i int) {
 	k.t.Helper()
 	s := k.scheds[i]
-	if len(s.done) > 0 {
-		k.t.Errorf("scheduler %s exited on its own", s.name)
-	}
+	s.stillUp(k.t)
 	s.nc.Close()
 	// A scheduler that sees its connection closed for good before the
 	// cancel reaches it stops on that, as it should: that is no failure.
@@ -262,10 +265,10 @@ func (k *campaign) kill(i int) {
 	k.scheds = append(k.scheds[:i], k.scheds[i+1:]...)
 }
 
-// waitTakeover waits until a scheduler leads and records how long it took.
-func (k *campaign) waitTakeover() {
+// waitTakeover waits until a scheduler leads and records how long the
+// cluster went without a leader since the fault at start.
+func (k *campaign) waitTakeover(start time.Time) {
 	k.t.Helper()
-	start := time.Now()
 	for k.leader() < 0 {
 		if time.Since(start) > 30*time.Second {
 			k.t.Fatalf("no scheduler led within 30s")
@@ -286,9 +289,7 @@ func (k *campaign) killWorker() {
 	sort.Strings(live)
 	h := live[k.rng.IntN(len(live))]
 	w := k.workers[h]
-	if len(w.done) > 0 {
-		k.t.Errorf("worker %s exited on its own", h)
-	}
+	w.stillUp(k.t)
 	w.crash(k.t)
 	delete(k.workers, h)
 	k.down[h] = 3 + k.rng.IntN(40) // it comes back after that many steps, often past LostAfter
@@ -310,14 +311,16 @@ func (k *campaign) reviveWorkers(all bool) {
 	}
 }
 
-// restartServer stops the server for up to 3s, longer than the lease
-// and the heartbeat TTL, and starts it again on the same port and data.
+// restartServer stops the server for 1.2s to 3s, longer than the lease and
+// the heartbeat TTL (1s each), and starts it again on the same port and
+// data.
 func (k *campaign) restartServer() {
 	k.t.Helper()
+	start := time.Now()
 	k.c.srv.Stop()
-	time.Sleep(time.Duration(200+k.rng.IntN(2800)) * time.Millisecond)
+	time.Sleep(time.Duration(1200+k.rng.IntN(1800)) * time.Millisecond)
 	k.c.srv.Restart(k.t)
-	k.waitTakeover()
+	k.waitTakeover(start)
 }
 
 // settle waits until every job is final.
@@ -431,14 +434,10 @@ func (k *campaign) check(balance ledger.Credits, accounts []string) {
 	}
 	k.c.audit()
 	for _, s := range k.scheds {
-		if len(s.done) > 0 {
-			k.t.Errorf("scheduler %s exited on its own", s.name)
-		}
+		s.stillUp(k.t)
 	}
-	for h, w := range k.workers {
-		if len(w.done) > 0 {
-			k.t.Errorf("worker %s exited on its own", h)
-		}
+	for _, w := range k.workers {
+		w.stillUp(k.t)
 	}
 	var longest, sum time.Duration
 	for _, d := range k.takeovers {

@@ -69,6 +69,11 @@ func TestClusterLosesTheCommandLeaderTwice(t *testing.T) {
 	submit("after", 4)
 	wantSucceeded(t, c.waitJobs(jobs...), false)
 	alive("after both nodes came back")
+	// A scheduler started now without --replicas sets up as gpuq
+	// scheduler does: it must adopt R3, not lower it.
+	if err := natsbus.Setup(c.ctx(), c.js, c.n, natsbus.SetupConfig{}); err != nil {
+		t.Fatalf("setup without a replication factor: %v", err)
+	}
 	c.wantReplicas(3)
 	c.settle(cl)
 	c.audit()

@@ -82,10 +82,8 @@ func TestStaleOrderIsNeverRun(t *testing.T) {
 	// h1 comes back on its disk; its consumer delivers attempt 1 again.
 	h1 = c.startWorker("h1", workerOpts{gpus: 1, stateDir: state, ackWait: time.Second})
 	c.waitOrdersHandled("h1", h1)
-	select {
-	case err := <-h1.done:
-		t.Fatalf("h1 exited: %v", err)
-	default:
+	if h1.stillUp(t); t.Failed() {
+		t.FailNow()
 	}
 
 	data, err := os.ReadFile(ran)
@@ -158,10 +156,8 @@ func TestWorkerSurvivesItsConsumerDeleted(t *testing.T) {
 	if ev := c.waitFinal("a", "after", acc.Seq); ev.Type != ledger.EventSucceeded || ev.Host != "h1" {
 		t.Errorf("after the consumer was deleted: %+v, want succeeded on h1", ev)
 	}
-	select {
-	case err := <-w.done:
-		t.Fatalf("the worker exited: %v", err)
-	default:
+	if w.stillUp(t); t.Failed() {
+		t.FailNow()
 	}
 	c.audit()
 }
@@ -226,6 +222,10 @@ func TestWorkerReportsBusyGPUs(t *testing.T) {
 	w.gpu.Sim().SetProcesses(0, 0)
 	if ev := c.waitFinal("a", "squeezed", acc.Seq); ev.Type != ledger.EventSucceeded || ev.Host != "h1" {
 		t.Errorf("final = %+v, want succeeded on h1 once the GPU is free", ev)
+	}
+	if j := c.waitSettled("squeezed").Jobs["squeezed"]; j.Failures != 0 || j.BusyRefusals != 1 {
+		t.Errorf("after one busy refusal: %d failures and %d busy refusals, want 0 and 1 (a busy refusal spends no attempt)",
+			j.Failures, j.BusyRefusals)
 	}
 	c.audit()
 }

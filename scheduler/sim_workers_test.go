@@ -42,6 +42,7 @@ func TestSimWorkersThatFreeLate(t *testing.T) {
 	t.Parallel()
 	const freeLag = 200 * time.Millisecond
 	base := seed(t)
+	allStale := 0
 	for i := range uint64(5) {
 		s := newSim(t, base+i, scheduler.CoreConfig{})
 		s.l.Create("a", ledger.MaxCredits/2)
@@ -193,6 +194,10 @@ func TestSimWorkersThatFreeLate(t *testing.T) {
 		if i == 0 {
 			t.Logf("seed %d: %d stale runs after the crash, all cancelled", base+i, staleStarts)
 		}
+		allStale += staleStarts
+	}
+	if allStale == 0 {
+		t.Errorf("seeds %d to %d: no stale run started at all, so nothing tested that one is cancelled", base, base+4)
 	}
 }
 

@@ -93,7 +93,8 @@ type Entry struct {
 type Log interface {
 	// Follow delivers every entry after seq, in order, on the returned
 	// channel until ctx ends or the follower stops. If the log fails, the
-	// channel closes and Err says why.
+	// follower stops and Err says why; the channel may stay open (entries
+	// already queued stay readable), so a reader polls Err too.
 	Follow(ctx context.Context, after uint64) (Follower, error)
 	// Trim drops entries up to and including seq, which must be applied.
 	Trim(ctx context.Context, upTo uint64) error

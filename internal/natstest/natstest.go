@@ -350,6 +350,9 @@ func (c *Cluster) Kill(t testing.TB, node *Server) {
 			n.route.open(t)
 		}
 	}
+	// The survivors redial one another: wait out the duplicate routes, as
+	// StartCluster does, so no reply is lost while they are dropped.
+	c.waitRoutesSettled(t)
 }
 
 // routesQuiet is how long the routes between the nodes must stay the same
