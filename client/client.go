@@ -129,7 +129,7 @@ func (c *Client) Submit(ctx context.Context, s ledger.Submit) (wire.JobEvent, er
 	if err != nil {
 		return wire.JobEvent{}, fmt.Errorf("submit %s: %w", s.ID, err)
 	}
-	return c.jobCommand(ctx, wire.WithNonce(msg, rand.Text()), s.Account, s.ID)
+	return c.jobCommand(ctx, msg, s.Account, s.ID)
 }
 
 // Cancel asks the scheduler to cancel job of account and waits for its
@@ -276,8 +276,13 @@ func (c *Client) ask(ctx context.Context, msg wire.Message, filter string, subjs
 }
 
 // publish stores msg in the command stream and returns its sequence (the
-// original's, when the server recognised a duplicate).
+// original's, when the server recognised a duplicate). The id gets a random
+// nonce ([wire.WithNonce]), so each call is one command for the fold to
+// judge, a retry inside the call is stored once, and nobody else on the
+// stream can take the id first and have this command dropped as a
+// duplicate.
 func (c *Client) publish(ctx context.Context, msg wire.Message) (uint64, bool, error) {
+	msg = wire.WithNonce(msg, rand.Text())
 	m := nats.NewMsg(msg.Subject)
 	m.Data = msg.Data
 	m.Header.Set(subjects.MsgIDHeader, msg.MsgID)

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -311,6 +312,12 @@ type term struct {
 	marked  map[ledger.Key]bool
 	msgs    []wire.Message
 	caught  bool // the last folded entry was the log's last
+	// nonce ends the de-duplication id of every decision the term
+	// publishes. It is secret to this term, so no other publisher on the
+	// command stream can take a decision's id first and have it dropped
+	// as a duplicate; within the term a decision made again keeps its id
+	// and is stored once.
+	nonce   string
 	samples []sample
 	// expectBy is set when the term stores new decisions on the log, which
 	// the follower must then deliver: the term ends if nothing comes by then.
@@ -368,7 +375,7 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 		return fmt.Errorf("load the ledger view: %w", err)
 	}
 	t := &term{s: s, state: view.State, core: NewCore(s.cfg.Core), applied: view.Checkpoint,
-		ahead: view.Ahead, marked: map[ledger.Key]bool{}}
+		ahead: view.Ahead, marked: map[ledger.Key]bool{}, nonce: rand.Text()}
 	t.core.Load(t.state)
 
 	tctx, cancel := context.WithCancel(ctx)
@@ -606,7 +613,7 @@ func (t *term) decide(ctx context.Context, now time.Time) {
 			t.core.Abandon(t.state, c)
 			continue
 		}
-		msgs = append(msgs, msg)
+		msgs = append(msgs, wire.WithNonce(msg, t.nonce))
 		sent = append(sent, c)
 	}
 	stored, err := t.s.cfg.Publisher.Publish(ctx, msgs)
@@ -619,8 +626,8 @@ func (t *term) decide(ctx context.Context, now time.Time) {
 	}
 	t.publishing.ok(t.s.log, "publishing decisions again")
 	// Only decisions stored anew come back through the follower: ones the
-	// log already had (decided again inside the duplicate window, say by a
-	// new term) bring nothing to wait for.
+	// log already had (decided again by this term inside the duplicate
+	// window) bring nothing to wait for.
 	if stored > 0 && t.expectBy.IsZero() {
 		t.expectBy = now.Add(followStallTimeout)
 	}

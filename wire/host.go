@@ -11,7 +11,7 @@ import (
 
 // Host is the value of key <host> in the gpuq_hosts bucket: a worker's
 // heartbeat, renewed with a TTL. The scheduler places work only on hosts
-// whose key is present.
+// whose key is present and whose last heartbeat is younger than its TTL.
 type Host struct {
 	V         int       `json:"v"`
 	Host      string    `json:"host"`
@@ -20,6 +20,11 @@ type Host struct {
 	Devices   []Device  `json:"devices"`
 	Running   []Running `json:"running"`
 	Time      time.Time `json:"time"`
+	// TTL is how long the heartbeat lasts without renewal, as a Go
+	// duration ("10s"): the key's per-message TTL, which readers cannot
+	// see on a KV entry. The scheduler counts a host gone once it has heard
+	// nothing for this long.
+	TTL string `json:"ttl,omitempty"`
 }
 
 // Device is one GPU of a host, as its worker sees it.

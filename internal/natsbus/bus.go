@@ -250,9 +250,21 @@ type Hosts struct {
 // heartbeats that do not decode.
 func NewHosts(kv jetstream.KeyValue, log *slog.Logger) *Hosts { return &Hosts{kv: kv, log: log} }
 
+// UnstatedHeartbeatTTL is how long a heartbeat that states no TTL (one from
+// a worker older than the field) counts, longer than any TTL gpuq's workers
+// are configured with in practice.
+const UnstatedHeartbeatTTL = time.Minute
+
+// expiryTick is how often the watcher looks for heartbeats past their TTL.
+const expiryTick = 100 * time.Millisecond
+
 // Watch reports every current heartbeat, then every change, until ctx ends;
 // then the channel closes. A heartbeat that does not decode is logged and
-// treated as the host being gone.
+// treated as the host being gone, and so is a host heard of last longer ago
+// than its heartbeat's TTL, counted on this process's clock from when the
+// heartbeat arrived. (The bucket keeps no delete markers for expired keys:
+// those need a stream that allows rollups, and every worker writes to this
+// one; see [Setup].)
 func (h *Hosts) Watch(ctx context.Context) (<-chan scheduler.HostUpdate, error) {
 	w, err := h.kv.WatchAll(ctx)
 	if err != nil {
@@ -262,11 +274,34 @@ func (h *Hosts) Watch(ctx context.Context) (<-chan scheduler.HostUpdate, error) 
 	go func() {
 		defer close(out)
 		defer func() { _ = w.Stop() }() // ending the watch; nothing to report
+		tick := time.NewTicker(expiryTick)
+		defer tick.Stop()
+		expires := map[string]time.Time{}
+		send := func(u scheduler.HostUpdate) bool {
+			select {
+			case out <- u:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
 		for {
 			var u scheduler.HostUpdate
 			select {
 			case <-ctx.Done():
 				return
+			case now := <-tick.C:
+				for name, at := range expires {
+					if now.Before(at) {
+						continue
+					}
+					delete(expires, name)
+					h.log.Info("heartbeat expired", slog.String("worker", name))
+					if !send(scheduler.HostUpdate{Name: name}) {
+						return
+					}
+				}
+				continue
 			case e, ok := <-w.Updates():
 				if !ok {
 					return
@@ -275,23 +310,33 @@ func (h *Hosts) Watch(ctx context.Context) (<-chan scheduler.HostUpdate, error) 
 					continue // end of the initial values
 				}
 				u.Name = e.Key()
+				delete(expires, u.Name)
 				if e.Operation() == jetstream.KeyValuePut {
 					host, err := wire.DecodeHost(e.Value())
-					if err != nil {
+					switch {
+					case err != nil:
 						h.log.Warn("bad heartbeat", slog.String("worker", e.Key()), slog.Any("err", err))
-					} else if host.Host != e.Key() {
+					case host.Host != e.Key():
 						h.log.Warn("heartbeat under another host's key", slog.String("worker", e.Key()), slog.String("names", host.Host))
-					} else {
+					default:
 						u.Host = &host
+						expires[u.Name] = time.Now().Add(heartbeatTTL(host))
 					}
 				}
 			}
-			select {
-			case out <- u:
-			case <-ctx.Done():
+			if !send(u) {
 				return
 			}
 		}
 	}()
 	return out, nil
+}
+
+// heartbeatTTL is how long h counts: the TTL it states, or
+// [UnstatedHeartbeatTTL].
+func heartbeatTTL(h wire.Host) time.Duration {
+	if d, err := time.ParseDuration(h.TTL); err == nil && d > 0 {
+		return d
+	}
+	return UnstatedHeartbeatTTL
 }

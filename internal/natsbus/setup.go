@@ -151,6 +151,9 @@ func Buckets(n subjects.Names, cfg SetupConfig) ([]jetstream.KeyValueConfig, err
 		{Bucket: n.LedgerBucket(), Description: "gpuq ledger: accounts, jobs, the checkpoint and the leader lease",
 			History: cfg.LedgerHistory, MaxValueSize: wire.MaxMessageBytes, Storage: cfg.Storage,
 			Replicas: cfg.replicas(), LimitMarkerTTL: LeaseMarkerTTL},
+		// Created with markers, which is how the KV API allows per-message
+		// TTLs; Setup then drops the markers and refuses rollups (see
+		// hardenHosts).
 		{Bucket: n.HostsBucket(), Description: "gpuq worker heartbeats, one key per host, each with a TTL",
 			History: 1, MaxValueSize: wire.MaxMessageBytes, Storage: cfg.Storage,
 			Replicas: cfg.replicas(), LimitMarkerTTL: LeaseMarkerTTL},
@@ -209,7 +212,11 @@ func Setup(ctx context.Context, js jetstream.JetStream, n subjects.Names, cfg Se
 	}
 	for i, want := range buckets {
 		want.Replicas = r
-		if err := ensureBucket(ctx, js, have[len(streams)+i], want); err != nil {
+		ensure := ensureBucket
+		if want.Bucket == n.HostsBucket() {
+			ensure = ensureHosts
+		}
+		if err := ensure(ctx, js, have[len(streams)+i], want); err != nil {
 			return err
 		}
 		bucketNames = append(bucketNames, want.Bucket)
@@ -309,6 +316,38 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, have existing, wa
 		return err
 	}
 	if _, err := js.UpdateKeyValue(ctx, want); err != nil {
+		return fmt.Errorf("update bucket %s to gpuq's settings: %w", want.Bucket, err)
+	}
+	return nil
+}
+
+// ensureHosts creates or updates the hosts bucket, and leaves it refusing
+// messages with a Nats-Rollup header. Every worker may write to the bucket,
+// and one rollup of "all" on its own key would wipe every host's heartbeat.
+// Rollups cannot be refused while the stream leaves delete markers for
+// expired keys, so it leaves none: the scheduler times heartbeats out by
+// the TTL each states (see [Hosts.Watch]). The KV API would turn rollups and
+// markers back on, so an existing bucket is updated at the stream level.
+func ensureHosts(ctx context.Context, js jetstream.JetStream, have existing, want jetstream.KeyValueConfig) error {
+	if have.cfg == nil {
+		if _, err := js.CreateKeyValue(ctx, want); err != nil {
+			return fmt.Errorf("create bucket %s: %w", want.Bucket, err)
+		}
+		s, err := js.Stream(ctx, kvStream(want.Bucket))
+		if err != nil {
+			return fmt.Errorf("look up bucket %s: %w", want.Bucket, err)
+		}
+		cfg := s.CachedInfo().Config
+		have.cfg = &cfg
+	}
+	if err := immutable("bucket "+want.Bucket, have.cfg.Storage.String(), want.Storage.String(), "", ""); err != nil {
+		return err
+	}
+	cfg := *have.cfg
+	cfg.Description, cfg.Replicas = want.Description, want.Replicas
+	cfg.MaxMsgsPerSubject, cfg.MaxMsgSize = int64(want.History), want.MaxValueSize
+	cfg.AllowRollup, cfg.SubjectDeleteMarkerTTL, cfg.AllowMsgTTL = false, 0, true
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
 		return fmt.Errorf("update bucket %s to gpuq's settings: %w", want.Bucket, err)
 	}
 	return nil

@@ -241,8 +241,9 @@ func TestSetupRaisesReplicationToOneFactor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.LimitMarkerTTL() != natsbus.LeaseMarkerTTL || st.History() != 1 {
-		t.Errorf("hosts bucket after raising: marker ttl %v, history %d", st.LimitMarkerTTL(), st.History())
+	// The hosts bucket keeps its own settings: no markers, no rollups.
+	if cfg := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config; st.LimitMarkerTTL() != 0 || st.History() != 1 || cfg.AllowRollup || !cfg.AllowMsgTTL {
+		t.Errorf("hosts bucket after raising: marker ttl %v, history %d, rollups %v, message TTLs %v", st.LimitMarkerTTL(), st.History(), cfg.AllowRollup, cfg.AllowMsgTTL)
 	}
 }
 
@@ -265,5 +266,48 @@ func TestTransient(t *testing.T) {
 		if got := natsbus.Transient(c.err); got != c.want {
 			t.Errorf("Transient(%v) = %v, want %v", c.err, got, c.want)
 		}
+	}
+}
+
+// TestHostsBucketRefusesRollups: every worker may write to the hosts bucket,
+// so a rollup header on one host's key must not wipe the others' heartbeats
+// (a "Nats-Rollup: all" publish purges the whole stream where rollups are
+// allowed). Puts with a TTL and deletes, which workers do, still work, also
+// after Setup runs again.
+func TestHostsBucketRefusesRollups(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Start(t).JetStream(t)
+	ctx := context.Background()
+	n := subjects.Default
+	for range 2 {
+		if err := natsbus.Setup(ctx, js, n, natsbus.SetupConfig{}); err != nil {
+			t.Fatalf("Setup: %v", err)
+		}
+	}
+	kv, err := js.KeyValue(ctx, n.HostsBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{"gpu-host-1", "gpu-host-2"} {
+		if _, err := kv.Create(ctx, h, []byte(`{}`), jetstream.KeyTTL(time.Minute)); err != nil {
+			t.Fatalf("put %s with a TTL: %v", h, err)
+		}
+	}
+	for _, roll := range []string{"all", "sub"} {
+		m := nats.NewMsg("$KV." + n.HostsBucket() + ".gpu-host-1")
+		m.Data = []byte(`{}`)
+		m.Header.Set("Nats-Rollup", roll)
+		if _, err := js.PublishMsg(ctx, m); err == nil {
+			t.Errorf("a rollup %q on a host's key was stored", roll)
+		}
+	}
+	if _, err := kv.Get(ctx, "gpu-host-2"); err != nil {
+		t.Errorf("another host's heartbeat after the rollups: %v", err)
+	}
+	if err := kv.Delete(ctx, "gpu-host-1"); err != nil {
+		t.Errorf("a worker deletes its key: %v", err)
+	}
+	if _, err := kv.Get(ctx, "gpu-host-1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("the deleted key: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package natsbus
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"sync"
@@ -179,6 +180,11 @@ func (b *WorkerBus) Report(ctx context.Context, r ledger.Report) error {
 	if err != nil {
 		return err
 	}
+	// A secret nonce, kept across this report's retries: another publisher
+	// cannot take the id first and have the report dropped as a duplicate.
+	// A report sent again after a restart gets a new one and may be stored
+	// twice; the fold counts one report per attempt and state.
+	msg = wire.WithNonce(msg, rand.Text())
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 50*time.Millisecond, 5*time.Second, 0
 	return backoff.Retry(func() error {
@@ -196,13 +202,16 @@ func (b *WorkerBus) Log(ctx context.Context, c wire.LogChunk) error {
 	if err != nil {
 		return err
 	}
+	msg = wire.WithNonce(msg, rand.Text()) // as in Report: an id no other publisher can take
 	_, err = b.js.PublishMsg(ctx, natsMsg(msg))
 	return err
 }
 
 // Beat writes the heartbeat to key <host> with a per-message TTL, so the key
-// disappears if the worker stops renewing it.
+// disappears if the worker stops renewing it, and states the TTL in the
+// heartbeat, so the scheduler counts the host gone at the same time.
 func (b *WorkerBus) Beat(ctx context.Context, h wire.Host, ttl time.Duration) error {
+	h.TTL = ttl.String()
 	data, err := wire.EncodeHost(h)
 	if err != nil {
 		return err
