@@ -30,9 +30,10 @@ const (
 	// duplicate window. On the command stream the id starts with the
 	// command's kind, so ids of different kinds never collide:
 	// submit.<account>.<job> on a submission, admin.<account>.<op> on an
-	// admin command, report.<host>.… on a report, and so on. Effects,
-	// orders and output chunks carry ids derived from what produced them.
-	// Package wire builds every one.
+	// admin command, report.<host>.… on a report, and so on, and ends in a
+	// secret nonce, so no other publisher can take it first. Effects and
+	// orders carry ids derived from what produced them (only the scheduler
+	// publishes those). Package wire builds every one.
 	MsgIDHeader = "Nats-Msg-Id"
 
 	// Headers of a job output chunk on gpuq.log.<job>.

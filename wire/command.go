@@ -470,7 +470,11 @@ func encode(subject, msgID string, body any) (Message, error) {
 // De-duplication ids. Every command on the command stream carries one that
 // names its kind, so ids of different kinds never collide inside the
 // stream's duplicate window. Within the window, a retried publish of the
-// same id is acknowledged as a duplicate and stored once.
+// same id is acknowledged as a duplicate and stored once. The builders below
+// give the start of an id, which anyone can work out; every publisher ends
+// it with a secret nonce ([WithNonce]), because the server de-duplicates
+// across the whole stream and a guessable id can be taken first by any
+// publisher, which has the real command dropped as a duplicate.
 
 // SubmitMsgID is the id of a submission of job by account with the given
 // body. It ends in a digest of the body, so the server de-duplicates only a
@@ -484,11 +488,12 @@ func SubmitMsgID(account, job string, body []byte) string {
 	return "submit." + account + "." + job + "." + hex.EncodeToString(sum[:8])
 }
 
-// WithNonce returns msg with nonce added to its de-duplication id. The Go
-// client adds a random nonce to every call, so each call is one command for
-// the fold to judge (the same terms again are the existing job; after a
-// rejection they are evaluated afresh), while a publish the client library
-// retries inside one call keeps its id and is stored once.
+// WithNonce returns msg with nonce added to its de-duplication id. Every
+// publisher on the command stream adds one that nobody else can guess (the
+// Go client a random one per call, a worker one per report, a scheduler one
+// per term), and keeps it across the retries of one publish, which are then
+// stored once. A command published again under a new nonce may be stored
+// twice; the fold applies it once.
 func WithNonce(msg Message, nonce string) Message {
 	msg.MsgID += "." + nonce
 	return msg
