@@ -280,8 +280,8 @@ func alive(pid int) bool {
 // are free).
 func TestSandboxStopKillsTheWholeJob(t *testing.T) {
 	t.Parallel()
-	for _, m := range modes(t) {
-		for _, how := range []string{"cancel", "walltime"} {
+	for _, how := range []string{"cancel", "walltime"} {
+		for _, m := range modes(t) { // a pool per worker
 			t.Run(m.name+"/"+how, func(t *testing.T) {
 				t.Parallel()
 				bus := newFakeBus()
