@@ -353,6 +353,16 @@ func (s *sandbox) clearRoot() error {
 	return errors.Join(errs...)
 }
 
+// close removes the job root when the worker stops, if nothing is left in
+// it.
+func (s *sandbox) close() error {
+	err := os.Remove(s.root)
+	if err == nil || errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
+		return nil
+	}
+	return err
+}
+
 // untilGone runs sweep until it reports nothing left, retrying with
 // backoff and logging once while processes survive, until ctx ends.
 func untilGone(ctx context.Context, o *outage, sweep func() error) error {

@@ -455,3 +455,76 @@ func TestSandboxAsNobody(t *testing.T) {
 		t.Logf("as nobody:\n%s", out)
 	}
 }
+
+func TestParseIDRange(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		want IDRange
+		ok   bool
+	}{
+		{"", IDRange{}, true}, {"none", IDRange{}, true}, {"61000-61099", IDRange{61000, 61099}, true},
+		{"7-7", IDRange{7, 7}, true}, {"0-10", IDRange{}, false}, {"10-9", IDRange{}, false},
+		{"61000", IDRange{}, false}, {"a-b", IDRange{}, false}, {"1-4294967295", IDRange{}, false}, {"-5-6", IDRange{}, false},
+	} {
+		got, err := ParseIDRange(tc.in)
+		if (err == nil) != tc.ok || (tc.ok && got != tc.want) {
+			t.Errorf("ParseIDRange(%q) = %v, %v; want %v, ok %v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+// TestSandboxRefusesUnsafeConfig: a worker does not start with a job uid
+// pool it cannot use safely (without root; ids a user of the host has;
+// a job root its jobs' users cannot reach), with a state directory or job
+// root someone else owns, or with the job root in the state directory's
+// place.
+func TestSandboxRefusesUnsafeConfig(t *testing.T) {
+	t.Parallel()
+	root := os.Geteuid() == 0
+	newWorker := func(adjust func(*Config)) error {
+		cfg := Config{Host: "h", GPU: fakeGPU{n: 1}, Bus: newFakeBus(), StateDir: t.TempDir()}
+		cfg.JobRoot = filepath.Join(t.TempDir(), "jobs")
+		adjust(&cfg)
+		_, err := New(cfg)
+		return err
+	}
+	expect := func(what string, err error, want string) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: New = %v, want an error saying %q", what, err, want)
+		}
+	}
+	pool := IDRange{poolBase + 50000, poolBase + 50007}
+	if !root {
+		expect("a pool without root", newWorker(func(c *Config) { c.JobUIDs = pool }), "needs the worker to run as root")
+	} else {
+		expect("a pool with a user's id", newWorker(func(c *Config) { c.JobUIDs = IDRange{1, 65534} }), "choose ids no user or group has")
+		expect("a pool with an unreachable job root", newWorker(func(c *Config) { c.JobUIDs = pool }), "cannot be reached by the jobs' users")
+		for _, which := range []string{"state", "jobs"} {
+			planted := filepath.Join(t.TempDir(), which)
+			if err := os.Mkdir(planted, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(planted, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+			expect("a planted "+which+" directory", newWorker(func(c *Config) {
+				if which == "state" {
+					c.StateDir = planted
+				} else {
+					c.JobRoot = planted
+				}
+			}), "belongs to uid 65534")
+		}
+	}
+	expect("the job root in the state directory", newWorker(func(c *Config) { c.JobRoot = c.StateDir }), "must not be the StateDir")
+	// What a worker makes is its own and closed to others.
+	state := t.TempDir()
+	if err := newWorker(func(c *Config) { c.StateDir = state }); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(state); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("the state directory: %v, %v; want mode 0700", fi.Mode().Perm(), err)
+	}
+}

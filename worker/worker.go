@@ -365,6 +365,9 @@ loop:
 	w.beat(bg)
 	w.drainJobs()
 	w.wg.Wait()
+	if err := w.jobs.close(); err != nil {
+		w.log.Warn("remove the job root", slog.Any("err", err))
+	}
 	stopHeartbeat()
 	<-hbDone
 	lctx, cancel := context.WithTimeout(bg, w.cfg.ReportTimeout)
