@@ -19,10 +19,12 @@ type CoreConfig struct {
 	// failed one. A busy refusal (the host found the GPUs taken) is not
 	// a failure and waits no retry delay.
 	Retry RetryPolicy
-	// HostBackoff is how long a host that refused an order (busy or not)
-	// gets no new one, by the number of its refusals in a row: the count
-	// starts again when the host reports an attempt started. Its Initial
-	// defaults to 1s, Multiplier to 2 and Max to 30s.
+	// HostBackoff is how long a host that refused an order (busy or not),
+	// or whose attempt the infrastructure ended, gets no new one, by the
+	// number of its failures in a row: refusals start again when the host
+	// reports an attempt started, infrastructure failures when an attempt
+	// on it ends by its job's doing. Its Initial defaults to 1s,
+	// Multiplier to 2 and Max to 30s.
 	HostBackoff RetryPolicy
 	// UnplaceableAfter is how long a job may need more GPUs than the largest
 	// live host has before it fails as unplaceable. Hosts may join, so this

@@ -22,10 +22,14 @@
 // ledger thinks of that attempt: a job whose end the ledger has applied but
 // whose worker has not freed its GPUs yet, or a stale run of a restarted
 // worker), and no ledger job or decision in flight is waiting to claim it.
-// A host whose worker refuses an order is backed off: it gets nothing for
-// [CoreConfig.HostBackoff]'s delay for its refusals in a row (1s, doubling,
-// at most 30s by default), counted from the ledger's record of refusals and
-// starts, and reset when it next reports an attempt started. A refusal
+// A host whose worker refuses an order, or whose attempts end by the
+// infrastructure, is backed off: it gets nothing for
+// [CoreConfig.HostBackoff]'s delay for its failures in a row (1s, doubling,
+// at most 30s by default), counted from the ledger's record of refusals,
+// starts and attempt ends: refusals start again when the host next reports
+// an attempt started, infrastructure failures when an attempt on it next
+// ends by its job's doing (an exit code or a cancel), so a broken host
+// that fails everything it is sent does not take every job. A refusal
 // because the GPUs were taken ([ledger.Report.Busy]) spends none of the job's
 // attempts and waits no retry delay.
 //

@@ -1,36 +1,71 @@
 package scheduler
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gpuq/gpuq/ledger"
 )
 
-// A host that refuses orders is backed off, not fed: after a worker refuses
-// an attempt (busy or not), Core places nothing more on that host for
-// CoreConfig.HostBackoff's delay for the number of refusals in a row, and
-// the count starts again when the host next reports an attempt started.
+// A host that refuses orders, or whose attempts the infrastructure keeps
+// ending, is backed off, not fed: after a worker refuses an attempt (busy
+// or not), or reports one ended by the infrastructure (a GPU error, a
+// worker that cannot clean up after its jobs, a drain), Core places
+// nothing more on that host for CoreConfig.HostBackoff's delay for the
+// number of such failures in a row. Without this, a host that fails
+// everything it is sent (its worker broken, say) becomes a black hole that
+// takes every job while healthy hosts idle. A job's own exit code is not
+// the host's failure, and is not counted.
 //
-// The count is read from the ledger, where every refusal and start is
-// recorded with its command's time, so a new leader and `gpuq why` see the
-// same count as the core that observed the commands one by one (the two
-// agree as long as command times do not go backwards). The rule: a host's
-// refusals in a row are those at or after its latest start (a refusal at
-// the very instant of a start counts), and the backoff runs from the latest
-// of them.
+// Two streaks make up the count: refusals, which start again when the
+// host next reports an attempt started (it takes work again); and
+// infrastructure failures, which start again when an attempt on the host
+// next ends by the job's own doing (it exited, or was cancelled): a host
+// that starts every attempt and loses each to the infrastructure does not
+// reset its count by starting them.
+//
+// The counts are read from the ledger, where every refusal, start and end
+// is recorded with its command's time, so a new leader and `gpuq why` see
+// the same counts as the core that observed the commands one by one (the
+// two agree as long as command times do not go backwards). The rule for a
+// streak: its failures are those at or after its latest reset (a failure
+// at the very instant of a reset counts), and the backoff runs from the
+// latest failure of either streak.
 
-// refusals is a host's refusals in a row.
-type refusals struct {
-	n  int       // refusals at or after the host's latest start
+// streak is one kind of failure of a host, in a row.
+type streak struct {
+	n  int       // failures at or after the latest reset
 	at time.Time // the latest of them
-	// nAt counts those of the n at exactly at, which a start at that
+	// nAt counts those of the n at exactly at, which a reset at that
 	// instant leaves counted.
 	nAt       int
-	lastStart time.Time
-	until     time.Time // when the backoff ends; see Core.rebackoff
+	lastReset time.Time
 }
 
-// maxBackoffCount bounds the refusals in a row the backoff is computed
+// refusals is a host's failures in a row: its refusals and its attempts
+// ended by the infrastructure.
+type refusals struct {
+	refused streak    // reset by a start
+	failed  streak    // reset by an attempt that ended by the job's doing
+	until   time.Time // when the backoff ends; see Core.rebackoff
+}
+
+// n is the failures in a row the backoff counts.
+func (r *refusals) n() int { return r.refused.n + r.failed.n }
+
+// latest is the time of the latest failure in a row.
+func (r *refusals) latest() time.Time {
+	switch {
+	case r.failed.n == 0:
+		return r.refused.at
+	case r.refused.n == 0 || r.failed.at.After(r.refused.at):
+		return r.failed.at
+	}
+	return r.refused.at
+}
+
+// maxBackoffCount bounds the failures in a row the backoff is computed
 // from: the delay has long reached its maximum by then.
 const maxBackoffCount = 64
 
@@ -39,10 +74,23 @@ func refused(a ledger.Attempt) bool {
 	return a.StartedAt.IsZero() && (a.Reason == ledger.ReasonWorkerRejected || a.Reason == ledger.ReasonHostBusy)
 }
 
-// refusal counts a refusal at time at.
-func (r *refusals) refusal(at time.Time) {
-	if at.Before(r.lastStart) {
-		return // before the latest start: not in a row
+// infraEnded reports whether attempt a started and was then ended by the
+// infrastructure.
+func infraEnded(a ledger.Attempt) bool {
+	return !a.StartedAt.IsZero() && a.Reason == ledger.ReasonInfrastructure
+}
+
+// jobEnded reports whether attempt a started and then ended by the job's
+// own doing: it exited (zero or not) or was cancelled. A lost attempt says
+// nothing either way.
+func jobEnded(a ledger.Attempt) bool {
+	return !a.StartedAt.IsZero() && a.Reason != ledger.ReasonInfrastructure && a.Reason != ledger.ReasonLost
+}
+
+// fail counts a failure at time at.
+func (r *streak) fail(at time.Time) {
+	if at.Before(r.lastReset) {
+		return // before the latest reset: not in a row
 	}
 	switch {
 	case r.n > 0 && at.Equal(r.at):
@@ -53,37 +101,43 @@ func (r *refusals) refusal(at time.Time) {
 	r.n++
 }
 
-// start records that the host started an attempt at time at.
-func (r *refusals) start(at time.Time) {
-	if at.Before(r.lastStart) {
+// reset records that the streak ended at time at.
+func (r *streak) reset(at time.Time) {
+	if at.Before(r.lastReset) {
 		return
 	}
-	r.lastStart = at
+	r.lastReset = at
 	switch {
 	case r.n == 0:
 	case at.After(r.at):
 		r.n, r.nAt, r.at = 0, 0, time.Time{}
 	case at.Equal(r.at):
-		r.n = r.nAt // the refusals at this very instant still count
+		r.n = r.nAt // the failures at this very instant still count
 	}
 }
 
-// refusalsFrom reads every host's refusals in a row from the ledger: the
-// attempts its jobs record as refused, and the starts of their attempts.
-// Hosts with none are in the map too; Core.rebackoff drops them.
+// refusalsFrom reads every host's failures in a row from the ledger: the
+// attempts its jobs record as refused or ended by the infrastructure, and
+// the starts and job-ended attempts that reset them. Hosts with none are in
+// the map too; Core.rebackoff drops them.
 func refusalsFrom(s *ledger.State) map[string]*refusals {
 	type mark struct {
 		host string
 		at   time.Time
 	}
-	var refs, starts []mark
+	var refs, starts, fails, ends []mark
 	for _, j := range s.Jobs {
 		for _, a := range j.Attempts {
-			switch {
-			case !a.StartedAt.IsZero():
+			if !a.StartedAt.IsZero() {
 				starts = append(starts, mark{a.Host, a.StartedAt})
+			}
+			switch {
 			case refused(a):
 				refs = append(refs, mark{a.Host, a.EndedAt})
+			case infraEnded(a):
+				fails = append(fails, mark{a.Host, a.EndedAt})
+			case jobEnded(a):
+				ends = append(ends, mark{a.Host, a.EndedAt})
 			}
 		}
 		if j.State == ledger.StateRunning {
@@ -99,15 +153,23 @@ func refusalsFrom(s *ledger.State) map[string]*refusals {
 		}
 		return r
 	}
-	// Every start first, then every refusal: the order the rule implies,
+	// Every reset first, then every failure: the order the rule implies,
 	// whatever order the map gave.
 	for _, m := range starts {
-		if r := get(m.host); m.at.After(r.lastStart) {
-			r.lastStart = m.at
+		if r := get(m.host); m.at.After(r.refused.lastReset) {
+			r.refused.lastReset = m.at
+		}
+	}
+	for _, m := range ends {
+		if r := get(m.host); m.at.After(r.failed.lastReset) {
+			r.failed.lastReset = m.at
 		}
 	}
 	for _, m := range refs {
-		get(m.host).refusal(m.at)
+		get(m.host).refused.fail(m.at)
+	}
+	for _, m := range fails {
+		get(m.host).failed.fail(m.at)
 	}
 	return out
 }
@@ -133,48 +195,90 @@ func (c *Core) backoffUntil(host string) time.Time {
 	return time.Time{}
 }
 
-// rebackoff brings host's backoff in line with its refusals r, after they
-// changed: it ends HostBackoff's delay for r.n refusals after the latest.
+// rebackoff brings host's backoff in line with its failures r, after they
+// changed: it ends HostBackoff's delay for r.n() failures after the
+// latest.
 func (c *Core) rebackoff(host string, r *refusals) {
-	if r.n == 0 {
+	if r.n() == 0 {
 		delete(c.refused, host)
 		return
 	}
 	c.refused[host] = r
-	r.until = r.at.Add(c.cfg.HostBackoff.Delay(host, min(r.n, maxBackoffCount)))
+	r.until = r.latest().Add(c.cfg.HostBackoff.Delay(host, min(r.n(), maxBackoffCount)))
 }
 
-// BackedOff returns how many orders host has refused in a row and until
-// when Core places nothing on it: n is 0 and until the zero time if it has
-// refused none since it last started one.
+// BackedOff returns how many orders host has failed in a row (refusals
+// since it last started an attempt, plus attempts ended by the
+// infrastructure since one last ended by the job's doing) and until when
+// Core places nothing on it: n is 0 and until the zero time if it has
+// none.
 func (c *Core) BackedOff(host string) (n int, until time.Time) {
 	if r := c.refused[host]; r != nil {
-		return r.n, r.until
+		return r.n(), r.until
 	}
 	return 0, time.Time{}
 }
 
+// HostFailures returns host's failures in a row by kind: orders refused
+// since it last started one, and attempts ended by the infrastructure
+// since one last ended by the job's doing.
+func (c *Core) HostFailures(host string) (refusedOrders, infraFailures int) {
+	if r := c.refused[host]; r != nil {
+		return r.refused.n, r.failed.n
+	}
+	return 0, 0
+}
+
 // observeReport counts a report the fold applied to job j in the reporting
-// host's refusals in a row.
+// host's failures in a row.
 func (c *Core) observeReport(j *ledger.Job, r ledger.Report) {
+	if j == nil {
+		return
+	}
 	rs := c.refused[r.Host]
-	switch r.Type {
-	case ledger.ReportStarted:
+	n := len(j.Attempts)
+	var last ledger.Attempt
+	if n > 0 {
+		last = j.Attempts[n-1]
+	}
+	switch {
+	case r.Type == ledger.ReportStarted:
 		if rs == nil {
 			return // nothing to start again
 		}
-		rs.start(j.StartedAt)
-	case ledger.ReportRejected:
-		n := len(j.Attempts)
-		if n == 0 || j.Attempts[n-1].Host != r.Host || !refused(j.Attempts[n-1]) {
-			return
-		}
+		rs.refused.reset(j.StartedAt)
+	case n == 0 || last.Host != r.Host:
+		return
+	case r.Type == ledger.ReportRejected && refused(last):
 		if rs == nil {
 			rs = &refusals{}
 		}
-		rs.refusal(j.Attempts[n-1].EndedAt)
+		rs.refused.fail(last.EndedAt)
+	case r.Type == ledger.ReportDone && infraEnded(last):
+		if rs == nil {
+			rs = &refusals{}
+		}
+		rs.failed.fail(last.EndedAt)
+	case r.Type == ledger.ReportDone && jobEnded(last):
+		if rs == nil {
+			return // nothing to end
+		}
+		rs.failed.reset(last.EndedAt)
 	default:
 		return
 	}
 	c.rebackoff(r.Host, rs)
+}
+
+// failuresText says what host failed in a row, for `gpuq why`.
+func (c *Core) failuresText(host string) string {
+	refs, fails := c.HostFailures(host)
+	var parts []string
+	if refs > 0 {
+		parts = append(parts, fmt.Sprintf("refused its last %d orders", refs))
+	}
+	if fails > 0 {
+		parts = append(parts, fmt.Sprintf("had its last %d attempts ended by the infrastructure (not by their jobs)", fails))
+	}
+	return strings.Join(parts, " and ")
 }

@@ -136,6 +136,65 @@ func TestRefusingHostIsBackedOff(t *testing.T) {
 	}
 }
 
+// TestHostFailingAttemptsIsBackedOff: a host whose attempts start and are
+// then ended by the infrastructure (a worker that fails every job: its
+// state replaced, its jobs' processes unkillable) is backed off as a
+// refusing host is, and starting attempts does not reset the count; the
+// jobs go to the healthy host meanwhile. A job's own exit code is not the
+// host's failure; an attempt that ends by its job's doing resets the count.
+// Explain says why the host is passed over.
+func TestHostFailingAttemptsIsBackedOff(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, scheduler.CoreConfig{})
+	h.l.Create("a", 100)
+	h.host("bad", 1)  // the tightest fit for a 1-GPU job
+	h.host("good", 2) // idles unless bad is backed off
+	run := func(id, want string, end ledger.Report) {
+		t.Helper()
+		h.submit("a", id, 1, 0)
+		if got := dispatches(h.decide())[id]; got != want {
+			t.Fatalf("%s dispatched to %q, want %s", id, got, want)
+		}
+		h.apply(ledger.Report{Type: ledger.ReportStarted, Host: want, Job: id, Attempt: 1, Devices: []string{want + "-0"}})
+		end.Type, end.Host, end.Job, end.Attempt = ledger.ReportDone, want, id, 1
+		h.apply(end)
+	}
+	infra := ledger.Report{Infra: "cannot kill the attempt's processes"}
+	backedOff := func(wantN int, wantFor time.Duration) {
+		t.Helper()
+		if n, until := h.core.BackedOff("bad"); n != wantN || !until.Equal(h.l.Now.Add(wantFor)) {
+			t.Errorf("BackedOff(bad) = %d, %v from now; want %d, %v", n, until.Sub(h.l.Now), wantN, wantFor)
+		}
+	}
+	run("j1", "bad", infra)
+	backedOff(1, time.Second)
+	run("j2", "good", ledger.Report{}) // fits bad best, but goes to good meanwhile
+	h.l.Advance(time.Second)
+	run("j3", "bad", infra) // started, then failed: the start does not reset the count
+	backedOff(2, 2*time.Second)
+	h.submit("a", "waits", 1, 0)
+	h.core.SetHost(beat("good", "", "x", "x"), h.l.Now) // good is full: waits has room only on bad
+	if got := dispatches(h.decide()); len(got) != 0 {
+		t.Fatalf("dispatched %v onto a backed-off host", got)
+	}
+	bs, err := scheduler.Explain(h.l.State, h.core.Hosts(), "waits", h.l.Now, scheduler.CoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why := blockerKinds(bs)["host_backoff"]; !strings.Contains(why, "bad had its last 2 attempts ended by the infrastructure") {
+		t.Errorf("host_backoff = %q (all: %v), want it to say bad's attempts failed", why, blockerKinds(bs))
+	}
+	h.l.Advance(2 * time.Second)
+	if got := dispatches(h.decide()); got["waits"] != "bad" {
+		t.Fatalf("after the backoff: dispatched %v, want waits on bad", got)
+	}
+	h.apply(ledger.Report{Type: ledger.ReportStarted, Host: "bad", Job: "waits", Attempt: 1, Devices: []string{"bad-0"}})
+	h.apply(ledger.Report{Type: ledger.ReportDone, Host: "bad", Job: "waits", Attempt: 1, ExitCode: 3})
+	if n, until := h.core.BackedOff("bad"); n != 0 || !until.IsZero() {
+		t.Errorf("after a job's own exit 3: BackedOff(bad) = %d, %v; want none (the job failed, the host did not)", n, until)
+	}
+}
+
 // TestBusyRefusalStartsNoRetryDelay: a job in its retry delay after a lost
 // attempt that is then refused busy is dispatched again at once, not after
 // a new delay from the refusal.
@@ -157,10 +216,11 @@ func TestBusyRefusalStartsNoRetryDelay(t *testing.T) {
 	}
 }
 
-// TestBackoffReadFromTheLedger: the refusals in a row Core counts as it
+// TestBackoffReadFromTheLedger: the failures in a row Core counts as it
 // observes reports are the ones a new Core reads back from the ledger, and
-// the ones Explain reports, over random sequences of refusals and starts on
-// a few hosts, some of them at the same instant.
+// the ones Explain reports, over random sequences of refusals, starts and
+// ends (by the job, and by the infrastructure) on a few hosts, some of
+// them at the same instant.
 func TestBackoffReadFromTheLedger(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(seed(t), 1))
@@ -183,8 +243,16 @@ func TestBackoffReadFromTheLedger(t *testing.T) {
 				h.apply(ledger.Report{Type: ledger.ReportRejected, Host: host, Job: id, Attempt: 1, Reason: "no", Busy: rng.IntN(2) == 0})
 			} else {
 				h.apply(ledger.Report{Type: ledger.ReportStarted, Host: host, Job: id, Attempt: 1, Devices: []string{"d"}})
-				if rng.IntN(2) == 0 {
+				if rng.IntN(3) > 0 && rng.IntN(3) > 0 {
+					h.l.Advance(time.Duration(rng.IntN(2)) * time.Second)
+				}
+				switch rng.IntN(4) {
+				case 1:
 					h.apply(ledger.Report{Type: ledger.ReportDone, Host: host, Job: id, Attempt: 1})
+				case 2:
+					h.apply(ledger.Report{Type: ledger.ReportDone, Host: host, Job: id, Attempt: 1, ExitCode: 1})
+				case 3:
+					h.apply(ledger.Report{Type: ledger.ReportDone, Host: host, Job: id, Attempt: 1, Infra: "swept"})
 				}
 			}
 		}
@@ -193,8 +261,11 @@ func TestBackoffReadFromTheLedger(t *testing.T) {
 		for _, name := range hosts {
 			n1, u1 := h.core.BackedOff(name)
 			n2, u2 := fresh.BackedOff(name)
-			if n1 != n2 || !u1.Equal(u2) {
-				t.Fatalf("round %d, host %s: observed %d refusals until %v; read from the ledger %d until %v", round, name, n1, u1, n2, u2)
+			r1, f1 := h.core.HostFailures(name)
+			r2, f2 := fresh.HostFailures(name)
+			if n1 != n2 || !u1.Equal(u2) || r1 != r2 || f1 != f2 {
+				t.Fatalf("round %d, host %s: observed %d failures (%d refusals, %d ended by the infrastructure) until %v; "+
+					"read from the ledger %d (%d, %d) until %v", round, name, n1, r1, f1, u1, n2, r2, f2, u2)
 			}
 		}
 	}

@@ -87,9 +87,9 @@ func Explain(s *ledger.State, hosts []wire.Host, id string, now time.Time, cfg C
 			strayed = fmt.Sprintf(" (on %s, %d GPUs are held by attempts the ledger does not run there: a job just ended, or a restarted worker's stale runs)", h.Host, hs.stray())
 		}
 		if hs.free() >= j.GPUs {
-			if n, until := core.BackedOff(h.Host); now.Before(until) {
-				backedOff = append(backedOff, fmt.Sprintf("%s refused its last %d orders; it gets no new one until %s (%s from now)",
-					h.Host, n, until.UTC().Format(time.RFC3339Nano), until.Sub(now).Round(time.Millisecond)))
+			if _, until := core.BackedOff(h.Host); now.Before(until) {
+				backedOff = append(backedOff, fmt.Sprintf("%s %s; it gets no new one until %s (%s from now)",
+					h.Host, core.failuresText(h.Host), until.UTC().Format(time.RFC3339Nano), until.Sub(now).Round(time.Millisecond)))
 			} else {
 				roomNow = true
 			}
@@ -105,7 +105,7 @@ func Explain(s *ledger.State, hosts []wire.Host, id string, now time.Time, cfg C
 	case mostFree < j.GPUs:
 		add("no_free_gpus", "it needs %d GPUs; the most free on any host is %d, on %s%s", j.GPUs, mostFree, freest, strayed)
 	case !roomNow && len(backedOff) > 0:
-		add("host_backoff", "the hosts with room for it are backed off after refusing orders: %s", strings.Join(backedOff, "; "))
+		add("host_backoff", "the hosts with room for it are backed off after refusing orders or losing attempts to the infrastructure: %s", strings.Join(backedOff, "; "))
 	}
 	// The queue order, as Decide sees it: priority, then the accounts'
 	// fair shares, then age.

@@ -3,6 +3,31 @@
 // process group, reports started and done, streams the output, and
 // heartbeats the host's devices and running attempts.
 //
+// # Jobs are not trusted
+//
+// A job gets an environment of its own: a few harmless variables of the
+// worker's (PATH, LANG, LC_*, TZ, TERM, LD_LIBRARY_PATH, CUDA_HOME,
+// CUDA_PATH), its own, and gpuq's (CUDA_VISIBLE_DEVICES,
+// NVIDIA_VISIBLE_DEVICES, GPUQ_JOB_ID, GPUQ_ACCOUNT, GPUQ_ATTEMPT,
+// GPUQ_SANDBOX, and HOME and TMPDIR set to the attempt's directory): never
+// the worker's NATS settings or any other secret. The worker makes itself
+// non-dumpable, so no process of its user can read its environment,
+// memory or open files through /proc. Each attempt runs in a fresh
+// directory of its own under [Config.JobRoot], mode 0700, removed when it
+// ends; as root with [Config.JobUIDs], as a user and group of its own with
+// no supplementary groups, so it cannot read the worker's files (its state
+// directory is 0700) or another attempt's. When an attempt ends, by
+// itself, a cancel, its walltime or a drain, every process of it is killed
+// before its GPUs are freed and its done report is sent: with a uid pool,
+// every process of the attempt's uid (complete); without, those in its
+// process group or session, its descendants, and those marked with its
+// GPUQ_SANDBOX (a process that leaves all of these escapes: the limit of
+// running jobs as the worker's own user, which the worker logs at start).
+// Processes that survive keep the GPUs held. At start the worker kills
+// what attempts of its earlier life left (every process of the pool's
+// uids, or those marked with its job root) before its first heartbeat
+// offers the GPUs as free.
+//
 // # Claims
 //
 // A device is free when it is healthy (no Xid critical error or ECC failure
@@ -26,7 +51,9 @@
 // it), sets the process starting on its own goroutine, and then acks the
 // order. No process starts before its started report is stored: a worker
 // that is stopping and cannot store it leaves the order unacked and the
-// process unstarted. A redelivered order for an attempt running here is
+// process unstarted. An attempt's directory (and user) is made before its
+// started report; a worker that cannot make it refuses the order. A
+// redelivered order for an attempt running here is
 // acked again; one for an attempt this host took before a restart is
 // refused rather than run twice, and the scheduler retries it. An order
 // for GPUs that are healthy but in use is refused as busy, which does not
@@ -51,8 +78,10 @@
 //
 // The worker never writes the ledger, and reads only the record of a job it
 // is told to run: it is told what to run and reports what happened, and the
-// scheduler's fold decides what the reports mean. CUDA_VISIBLE_DEVICES is not a security boundary; run untrusted jobs
-// in containers.
+// scheduler's fold decides what the reports mean. CUDA_VISIBLE_DEVICES is
+// not a security boundary, and jobs share the host's network, /tmp and
+// /dev/shm (a file a uid's attempt leaves there is readable by the next
+// attempt given that uid): run untrusted jobs in containers for more.
 //
 // The GPU library is behind [GPU]; internal/nvmlgpu implements it over
 // go-nvml on a real driver or on go-nvml's mock servers (--simulate), and

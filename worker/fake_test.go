@@ -54,6 +54,7 @@ type fakeBus struct {
 	chunks   []wire.LogChunk
 	reports  []ledger.Report
 	beat     chan struct{}      // gets a value, if there is room, on each beat
+	logged   chan struct{}      // gets a value, if there is room, on each log chunk
 	reported chan ledger.Report // gets each report, if there is room
 	// current is what the default job record shows: the last dispatch
 	// order sent to the host by sendOrder.
@@ -61,7 +62,7 @@ type fakeBus struct {
 }
 
 func newFakeBus() *fakeBus {
-	return &fakeBus{beat: make(chan struct{}, 1), reported: make(chan ledger.Report, 64), orders: make(chan Order),
+	return &fakeBus{beat: make(chan struct{}, 1), logged: make(chan struct{}, 1), reported: make(chan ledger.Report, 64), orders: make(chan Order),
 		current: map[string]ledger.DispatchOrder{}}
 }
 
@@ -152,8 +153,12 @@ func (b *fakeBus) nextReport(t *testing.T) ledger.Report {
 
 func (b *fakeBus) Log(_ context.Context, c wire.LogChunk) error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	b.chunks = append(b.chunks, c)
+	b.mu.Unlock()
+	select {
+	case b.logged <- struct{}{}:
+	default:
+	}
 	return nil
 }
 

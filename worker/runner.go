@@ -3,10 +3,9 @@ package worker
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -20,7 +19,9 @@ type Spec struct {
 	Env      map[string]string
 	Devices  []string // claimed GPU UUIDs
 	Walltime time.Duration
-	Dir      string // working directory; "" is the worker's
+	// Dir is the attempt's own directory: its working directory, HOME
+	// and TMPDIR.
+	Dir string
 }
 
 // Outcome is how an attempt's process ended.
@@ -33,9 +34,13 @@ type Outcome struct {
 	Infra   bool // Stopped is an infrastructure reason: retry, do not charge
 }
 
-// process is one running attempt: a child in its own process group.
+// process is one running attempt: a child in its own process group, in
+// its attempt's place.
 type process struct {
 	cmd   *exec.Cmd
+	sb    *sandbox
+	jail  *jail
+	log   *slog.Logger
 	start time.Time
 	done  chan struct{}
 	grace time.Duration
@@ -43,45 +48,43 @@ type process struct {
 	mu      sync.Mutex
 	stopped string
 	infra   bool
+	reaped  bool // Wait has returned: the leader's pid may be reused
 }
 
-// childEnv builds the environment of an attempt's process: the worker's own,
-// then the job's, then the variables gpuq sets, which win.
-func childEnv(s Spec) []string {
-	env := os.Environ()
-	for k, v := range s.Env {
-		env = append(env, k+"="+v)
-	}
-	devs := strings.Join(s.Devices, ",")
-	return append(env,
-		"CUDA_VISIBLE_DEVICES="+devs,
-		"NVIDIA_VISIBLE_DEVICES="+devs,
-		"GPUQ_JOB_ID="+s.Attempt.Job,
-		"GPUQ_ACCOUNT="+s.Account,
-		"GPUQ_ATTEMPT="+strconv.Itoa(s.Attempt.N),
-	)
-}
-
-// startProcess starts s's command with its output going to stdout and
-// stderr. The child runs in a new process group, so that stopping it stops
-// everything it started.
-func startProcess(s Spec, stdout, stderr io.Writer, grace time.Duration) (*process, error) {
+// startProcess starts s's command in its attempt's place j (see
+// sandbox.go) with its output going to stdout and stderr. The child runs in
+// a new process group, with an environment of its own (see jobEnv).
+func startProcess(sb *sandbox, j *jail, s Spec, stdout, stderr io.Writer, grace time.Duration, log *slog.Logger) (*process, error) {
 	cmd := exec.Command(s.Command[0], s.Command[1:]...)
-	cmd.Env = childEnv(s)
+	cmd.Env = jobEnv(os.Environ(), s)
 	cmd.Dir = s.Dir
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr = sysProcAttr(j)
 	// A grandchild that keeps the output pipes open must not hold Wait
-	// after the child exits; the group is killed right after.
+	// after the child exits; the attempt's processes are swept right after.
 	cmd.WaitDelay = 2 * time.Second
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	return &process{cmd: cmd, start: time.Now(), done: make(chan struct{}), grace: grace}, nil
+	return &process{cmd: cmd, sb: sb, jail: j, log: log, start: time.Now(), done: make(chan struct{}), grace: grace}, nil
 }
 
-// stop asks the process group to end with SIGTERM, then kills it after the
-// grace period. The first reason given is kept.
+// signal sends sig to every process of the attempt the sandbox can find,
+// and to its process group. One it cannot list now the sweep at the end
+// kills.
+func (p *process) signal(sig syscall.Signal) {
+	pid := p.cmd.Process.Pid
+	p.mu.Lock()
+	alive := !p.reaped
+	p.mu.Unlock()
+	_ = syscall.Kill(-pid, sig) // ESRCH: the group is gone, which is the aim
+	if err := p.sb.signalAttempt(p.jail, pid, alive, sig); err != nil {
+		p.log.Warn("signal the attempt's processes", slog.String("signal", sig.String()), slog.Any("err", err))
+	}
+}
+
+// stop asks the attempt's processes to end with SIGTERM, then kills them
+// after the grace period. The first reason given is kept.
 func (p *process) stop(reason string, infra bool) {
 	p.mu.Lock()
 	first := p.stopped == ""
@@ -92,29 +95,29 @@ func (p *process) stop(reason string, infra bool) {
 	if !first {
 		return
 	}
-	pgid := -p.cmd.Process.Pid
-	_ = syscall.Kill(pgid, syscall.SIGTERM) // ESRCH: it already exited, which is what we want
+	p.signal(syscall.SIGTERM)
 	go func() {
 		select {
 		case <-p.done:
 		case <-time.After(p.grace):
-			_ = syscall.Kill(pgid, syscall.SIGKILL) // as above
+			p.signal(syscall.SIGKILL)
 		}
 	}()
 }
 
-// kill ends the process group at once.
+// kill ends the attempt's processes at once.
 func (p *process) kill(reason string, infra bool) {
 	p.mu.Lock()
 	if p.stopped == "" {
 		p.stopped, p.infra = reason, infra
 	}
 	p.mu.Unlock()
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL) // ESRCH: already gone
+	p.signal(syscall.SIGKILL)
 }
 
 // wait waits for the process to exit, stopping it at its walltime, and
-// returns how it ended.
+// returns how it ended. Processes it left may still run: the caller sweeps
+// them (see sweep) before the attempt's GPUs are freed.
 func (p *process) wait(walltime time.Duration) Outcome {
 	timer := time.AfterFunc(walltime, func() { p.stop("walltime", false) })
 	// Wait's error adds nothing the outcome uses: the exit status is in
@@ -122,14 +125,22 @@ func (p *process) wait(walltime time.Duration) Outcome {
 	// open past WaitDelay.
 	_ = p.cmd.Wait()
 	timer.Stop()
+	p.mu.Lock()
+	p.reaped = true
+	p.mu.Unlock()
 	close(p.done)
-	// The group may still hold children that outlived the leader; end them.
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL) // ESRCH when none are left
 	o := Outcome{ExitCode: exitCode(p.cmd.ProcessState), Runtime: time.Since(p.start)}
 	p.mu.Lock()
 	o.Stopped, o.Infra = p.stopped, p.infra
 	p.mu.Unlock()
 	return o
+}
+
+// sweep kills every process of the attempt that is left and reports nil
+// once none is, or an error naming survivors.
+func (p *process) sweep() error {
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL) // ESRCH when none are left
+	return p.sb.sweepAttempt(p.jail, p.cmd.Process.Pid, false)
 }
 
 // exitCode is the process's exit status, 128+signal when a signal killed

@@ -35,11 +35,13 @@ type startedFile struct {
 
 func startedKey(a Attempt) string { return fmt.Sprintf("%s/%d", a.Job, a.N) }
 
-// openStartedLog reads the log at path, creating its directory. Entries are
-// kept for keep (see add).
+// openStartedLog reads the log at path, creating its directory. The
+// directory is the worker's own, mode 0700, so no job can read, replace or
+// fill it (one that is not the worker's is refused). Entries are kept for
+// keep (see add).
 func openStartedLog(path string, keep time.Duration) (*startedLog, error) {
 	l := &startedLog{path: path, keep: keep, file: startedFile{Started: map[string]time.Time{}}}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := ownDir(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("worker state directory: %w", err)
 	}
 	data, err := os.ReadFile(path)
@@ -119,7 +121,7 @@ func (l *startedLog) write() error {
 
 // writeSynced writes data to a file at path and flushes it to disk.
 func writeSynced(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,8 @@ package worker
 import "syscall"
 
 // sysProcAttr starts a child in its own process group, so a stop reaches
-// everything it started. Outside Linux a child outlives a crashed worker.
-func sysProcAttr() *syscall.SysProcAttr {
+// everything it started. Outside Linux a child outlives a crashed worker,
+// and jobs run as the worker's user (no pool).
+func sysProcAttr(*jail) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }

@@ -71,11 +71,35 @@ type Config struct {
 
 	// Logger receives the worker's logs. Defaults to discarding them.
 	Logger *slog.Logger
-	// StateDir holds the record of attempts started here. Defaults to
+	// StateDir holds the record of attempts started here. The worker makes
+	// it mode 0700 and refuses one that is not its own. Defaults to
 	// <tmp>/gpuq-worker-<host>.
 	StateDir string
-	// WorkDir is the jobs' working directory. Defaults to the worker's.
-	WorkDir string
+	// JobRoot holds one directory per running attempt,
+	// <JobRoot>/<job>.<attempt>, mode 0700: the attempt's working
+	// directory, HOME and TMPDIR. The worker makes the root its own (mode
+	// 0711 with JobUIDs, so each attempt's user reaches only its own
+	// directory; 0700 without), and clears what an earlier life left in
+	// it at start. With JobUIDs every directory above it must be
+	// searchable by all users. Defaults to <StateDir>-jobs, or with
+	// JobUIDs, when a directory above that is not searchable by all,
+	// /tmp/gpuq-jobs-<host>-<hash of StateDir>.
+	JobRoot string
+	// KeepAttemptDirs keeps an attempt's directory after it ends (handed
+	// back to the worker's user, so no later attempt can read it), and
+	// what is in the job root at start. Defaults to false: each is
+	// removed once the attempt's processes are gone.
+	KeepAttemptDirs bool
+	// JobUIDs is the pool of ids the attempts run as, one per attempt, as
+	// both uid and gid, with no supplementary groups: an attempt then
+	// cannot read the worker's files or another attempt's, nor signal
+	// them, and every process of the attempt is found and killed by its
+	// uid. It needs the worker to run as root (on Linux), and ids no user
+	// or group of /etc/passwd or /etc/group has, that no other worker on
+	// the host uses: the worker kills every process of these ids that it
+	// did not start at start. Defaults to none: jobs run as the worker's
+	// own user, which the worker logs at start with what it means.
+	JobUIDs IDRange
 	// HeartbeatInterval is how often the worker writes its heartbeat.
 	// Defaults to 2s.
 	HeartbeatInterval time.Duration
@@ -121,6 +145,9 @@ func (c *Config) validate() error {
 	if c.StateDir == "" {
 		c.StateDir = filepath.Join(os.TempDir(), "gpuq-worker-"+c.Host)
 	}
+	if c.JobRoot != "" && filepath.Clean(c.JobRoot) == filepath.Clean(c.StateDir) {
+		return errors.New("worker: Config.JobRoot must not be the StateDir: jobs must not reach the worker's state")
+	}
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = 2 * time.Second
 	}
@@ -165,11 +192,14 @@ type Worker struct {
 	log    *slog.Logger
 	claims *Claims
 	state  *startedLog
+	jobs   *sandbox
 	abort  chan struct{}
 	once   sync.Once
 
 	// Each kind of call to the server logs its outages once.
 	heartbeats, orders, records, output *outage
+	// leftovers follows the sweeps of processes attempts leave behind.
+	leftovers *outage
 
 	mu      sync.Mutex
 	running map[Attempt]*attempt
@@ -181,6 +211,7 @@ type Worker struct {
 // stored. It stays in the heartbeat all that time.
 type attempt struct {
 	spec   Spec
+	jail   *jail
 	proc   *process
 	cancel string // why it was asked to stop before it started, if so
 	infra  bool
@@ -191,13 +222,23 @@ func New(cfg Config) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	// A job of the worker's own user must not read its environment (its
+	// NATS credentials), memory or open files.
+	if err := hideWorker(); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	state, err := openStartedLog(filepath.Join(cfg.StateDir, "started.json"), 8*24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := newSandbox(&cfg)
 	if err != nil {
 		return nil, err
 	}
 	log := cfg.Logger.With("component", "worker", "worker", cfg.Host)
 	return &Worker{cfg: cfg, log: log,
-		claims: NewClaims(cfg.GPU, cfg.MaxUsedMiB), state: state, abort: make(chan struct{}),
+		claims: NewClaims(cfg.GPU, cfg.MaxUsedMiB), state: state, jobs: jobs, abort: make(chan struct{}),
+		leftovers:  newOutage(log, "processes of an attempt survive SIGKILL; its GPUs stay held, and retrying", "the processes left by attempts are gone"),
 		heartbeats: newOutage(log, "heartbeat not stored; retrying every beat (running jobs go on)", "heartbeat stored again"),
 		orders:     newOutage(log, "cannot read orders; retrying until the server answers (running jobs go on)", "reading orders again"),
 		records:    newOutage(log, "cannot read job records to confirm orders; retrying (no order starts unconfirmed)", "reading job records again"),
@@ -245,6 +286,21 @@ func (w *Worker) Run(ctx context.Context) error {
 	devs, err := w.cfg.GPU.Devices()
 	if err != nil {
 		return fmt.Errorf("worker %s: read the GPUs: %w", w.cfg.Host, err)
+	}
+	if err := w.jobs.register(w.cfg.Host); err != nil {
+		return err
+	}
+	defer w.jobs.unregister()
+	w.jobs.describe(w.log)
+	// What attempts of an earlier life left (a worker killed with SIGKILL
+	// leaves every process that left its job's process group) is killed
+	// before any heartbeat offers the GPUs as free.
+	if err := untilGone(run, w.leftovers, w.jobs.reclaim); err != nil {
+		w.log.Info("worker stopped before it could start")
+		return nil
+	}
+	if err := w.jobs.clearRoot(); err != nil {
+		return fmt.Errorf("worker %s: %w", w.cfg.Host, err)
 	}
 	var inst string
 	found := newOutage(w.log, "cannot find the orders stream; waiting for the server and a scheduler to set it up", "found the orders stream")
@@ -309,6 +365,9 @@ loop:
 	w.beat(bg)
 	w.drainJobs()
 	w.wg.Wait()
+	if err := w.jobs.close(); err != nil {
+		w.log.Warn("remove the job root", slog.Any("err", err))
+	}
 	stopHeartbeat()
 	<-hbDone
 	lctx, cancel := context.WithTimeout(bg, w.cfg.ReportTimeout)
@@ -474,12 +533,18 @@ func (w *Worker) dispatch(run, ctx context.Context, o ledger.DispatchOrder) bool
 		w.claims.Release(a)
 		return w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Reason: truncate(err.Error())})
 	}
+	jail, err := w.jobs.prepare(a)
+	if err != nil {
+		w.claims.Release(a)
+		log.Error("cannot make the attempt's place", slog.Any("err", err))
+		return w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Reason: truncate(err.Error())})
+	}
 	devs := make([]string, len(claimed))
 	for i, d := range claimed {
 		devs[i] = d.UUID
 	}
-	r := &attempt{spec: Spec{Attempt: a, Account: o.Account, Command: o.Command, Env: o.Env, Devices: devs,
-		Walltime: o.Walltime, Dir: w.cfg.WorkDir}}
+	r := &attempt{jail: jail, spec: Spec{Attempt: a, Account: o.Account, Command: o.Command, Env: o.Env, Devices: devs,
+		Walltime: o.Walltime, Dir: jail.dir}}
 	w.mu.Lock()
 	w.running[a] = r
 	w.mu.Unlock()
@@ -489,6 +554,9 @@ func (w *Worker) dispatch(run, ctx context.Context, o ledger.DispatchOrder) bool
 		// not start it. The unacked order comes back to the next process,
 		// which refuses it (the attempt is in this host's record), so the
 		// scheduler retries it.
+		if err := w.jobs.release(jail); err != nil {
+			log.Warn("release the attempt's place", slog.Any("err", err))
+		}
 		w.claims.Release(a)
 		w.mu.Lock()
 		delete(w.running, a)
@@ -566,15 +634,17 @@ func (w *Worker) current(run context.Context, a Attempt) (bool, string, error) {
 }
 
 // run runs one attempt to its end and reports it. Its GPUs are freed as
-// soon as its process is gone, before the done report: the scheduler
-// places other work on them the moment the report is stored, and would find
-// them still held. The attempt stays in the heartbeat until the report is
-// stored.
+// soon as every process of the attempt is gone, before the done report:
+// the scheduler places other work on them the moment the report is
+// stored, and would find them still held. Processes that survive the sweep
+// keep the GPUs held (and the attempt in the heartbeat) while the sweep is
+// retried. The attempt stays in the heartbeat until the report is stored.
 func (w *Worker) run(ctx context.Context, r *attempt) {
 	defer w.wg.Done()
 	a := r.spec.Attempt
+	log := w.log.With(slog.String("job_id", a.Job), slog.Int("attempt", a.N))
 	out := newOutput(ctx, w, a)
-	proc, err := startProcess(r.spec, out.stdout, out.stderr, w.cfg.KillGrace)
+	proc, err := startProcess(w.jobs, r.jail, r.spec, out.stdout, out.stderr, w.cfg.KillGrace, log)
 	var o Outcome
 	if err != nil {
 		out.note(fmt.Sprintf("gpuq: cannot start %q: %v\n", r.spec.Command[0], err))
@@ -587,7 +657,20 @@ func (w *Worker) run(ctx context.Context, r *attempt) {
 		if pending != "" {
 			proc.stop(pending, infra)
 		}
-		o = proc.wait(r.spec.Walltime) // the process group is killed when it returns
+		o = proc.wait(r.spec.Walltime)
+		if err := untilGone(ctx, w.leftovers, proc.sweep); err != nil {
+			// The worker is ending; its next life kills them (see
+			// reclaim) before it offers the GPUs.
+			log.Error("stopping with processes of the attempt left; its GPUs are not freed and it is not reported", slog.Any("err", err))
+			out.close(o)
+			w.mu.Lock()
+			delete(w.running, a)
+			w.mu.Unlock()
+			return
+		}
+	}
+	if err := w.jobs.release(r.jail); err != nil {
+		log.Warn("release the attempt's place", slog.Any("err", err))
 	}
 	w.claims.Release(a)
 	out.close(o)

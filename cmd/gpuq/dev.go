@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"net"
 	"os"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/gpuq/gpuq/client"
 	"github.com/gpuq/gpuq/ledger"
+	"github.com/gpuq/gpuq/worker"
 )
 
 func init() {
@@ -39,6 +41,20 @@ func defaultDevData() string {
 		return filepath.Join(home, ".gpuq", "dev")
 	}
 	return filepath.Join(".gpuq", "dev")
+}
+
+// devJobUIDs is the job uid pool of a gpuq dev run as root: 16 ids of its
+// own, named by the data directory (so a restart finds its leftovers, and
+// two dev runs on other data do not share ids), far above any user's.
+func devJobUIDs(data string) worker.IDRange {
+	abs, err := filepath.Abs(data)
+	if err != nil {
+		abs = data
+	}
+	h := fnv.New32a()
+	h.Write([]byte(abs))
+	first := 1_000_000 + h.Sum32()%100_000*16
+	return worker.IDRange{First: first, Last: first + 15}
 }
 
 // invokedAs is how the user ran this binary, for the commands dev prints.
@@ -90,6 +106,9 @@ func runDev(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	o.stateDir = filepath.Join(*data, "worker-"+o.host)
+	if os.Geteuid() == 0 {
+		o.jobUIDs = devJobUIDs(*data)
+	}
 	gpu, err := openGPU(o)
 	if err != nil {
 		return err

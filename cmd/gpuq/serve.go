@@ -36,9 +36,11 @@ func init() {
 	register(&command{
 		name:    "worker",
 		summary: "run the worker daemon of this GPU host",
-		usage:   "worker [--nats URL] [--host NAME] [--simulate dgxh100|dgxh200 --gpus N] [--state-dir DIR]",
+		usage:   "worker [--nats URL] [--host NAME] [--simulate dgxh100|dgxh200 --gpus N] [--state-dir DIR] [--job-root DIR] [--job-uids FIRST-LAST|none]",
 		example: `  gpuq worker --nats nats://nats-1:4222 --creds worker.creds          # real GPUs through NVML
   gpuq worker --host sim-2 --simulate dgxh100 --gpus 4                   # go-nvml's simulated GPUs
+  # as root each attempt runs as its own user of --job-uids (61000-61099) in its own directory;
+  # otherwise as the worker's user, which the worker's log explains at start
   # SIGTERM drains (running jobs finish, up to --drain); a second signal stops at once`,
 		run: runWorkerCmd,
 	})
@@ -155,9 +157,17 @@ type workerOpts struct {
 	simulate string
 	gpus     int
 	stateDir string
+	jobRoot  string
+	jobUIDs  worker.IDRange
+	keepDirs bool
 	drain    time.Duration
 	maxUsed  int64
 }
+
+// defaultJobUIDs is the worker's job uid pool when it runs as root: ids no
+// distribution gives its users (Debian's end at 59999) and below systemd's
+// dynamic users (61184 and up).
+const defaultJobUIDs = "61000-61099"
 
 // openGPU opens the host's GPUs: go-nvml's mock server when simulating,
 // else the NVIDIA driver. Without a driver it says so and what to do.
@@ -197,7 +207,7 @@ func newWorker(ctx context.Context, nc *nats.Conn, n subjects.Names, o workerOpt
 		return nil, err
 	}
 	return worker.New(worker.Config{Host: o.host, GPU: gpu, Bus: bus, Logger: log, StateDir: o.stateDir,
-		DrainTimeout: o.drain, MaxUsedMiB: o.maxUsed})
+		JobRoot: o.jobRoot, JobUIDs: o.jobUIDs, KeepAttemptDirs: o.keepDirs, DrainTimeout: o.drain, MaxUsedMiB: o.maxUsed})
 }
 
 func runWorkerCmd(ctx context.Context, e *env, args []string) error {
@@ -208,7 +218,15 @@ func runWorkerCmd(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&o.host, "host", host, "this host's name (letters, digits, '_' and '-')")
 	fs.StringVar(&o.simulate, "simulate", "", "run on go-nvml's simulated GPUs of this model: dgxh100 or dgxh200")
 	fs.IntVar(&o.gpus, "gpus", 8, "number of simulated GPUs (with --simulate)")
-	fs.StringVar(&o.stateDir, "state-dir", "", "where the worker records attempts it started (default <tmp>/gpuq-worker-<host>)")
+	fs.StringVar(&o.stateDir, "state-dir", "", "where the worker records attempts it started, mode 0700 (default <tmp>/gpuq-worker-<host>)")
+	fs.StringVar(&o.jobRoot, "job-root", "", "where each attempt gets its own directory, removed when it ends (default <state-dir>-jobs)")
+	fs.BoolVar(&o.keepDirs, "keep-job-dirs", false, "keep each attempt's directory after it ends (handed back to the worker's user)")
+	uids := ""
+	if os.Geteuid() == 0 {
+		uids = defaultJobUIDs
+	}
+	fs.StringVar(&uids, "job-uids", uids, "as root: ids FIRST-LAST to run attempts as, one each (uid and gid), no user or group of the host's, "+
+		"and no other worker's; none runs jobs as the worker's user (default "+defaultJobUIDs+" as root, none otherwise)")
 	fs.DurationVar(&o.drain, "drain", 5*time.Minute, "on SIGTERM, how long running jobs may finish before they are stopped")
 	fs.Int64Var(&o.maxUsed, "max-used-mib", 1024, "memory a GPU may have in use and still count as free")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
@@ -221,6 +239,11 @@ func runWorkerCmd(ctx context.Context, e *env, args []string) error {
 	if err := subjects.CheckToken("host", o.host); err != nil {
 		return usagef("--host: %v", err)
 	}
+	jobUIDs, err := worker.ParseIDRange(uids)
+	if err != nil {
+		return usagef("--job-uids: %v", err)
+	}
+	o.jobUIDs = jobUIDs
 	log, err := newLogger(*level)
 	if err != nil {
 		return err

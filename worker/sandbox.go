@@ -1,0 +1,455 @@
+package worker
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// A job is the attacker: it must not reach the worker's credentials, the
+// worker's state, or another attempt. Each attempt gets
+//
+//   - an environment built from [allowedEnv] only, plus the job's own
+//     variables and gpuq's (which win): never the worker's NATS_* settings;
+//   - a fresh directory <JobRoot>/<job>.<attempt>, mode 0700, its HOME,
+//     TMPDIR and working directory, removed once the attempt ends;
+//   - when the worker runs as root with [Config.JobUIDs], a user and group
+//     of its own from that pool, with no supplementary groups, so it cannot
+//     read the worker's files (the state directory is 0700) nor another
+//     attempt's, nor signal or trace the worker;
+//   - a sweep that ends every process of the attempt before its GPUs are
+//     freed and its done report is sent (see sandbox_linux.go for how a
+//     process is known to belong to it).
+//
+// The worker process itself is made non-dumpable, so a process of the same
+// user cannot read its /proc/<pid>/environ, mem or fds, nor ptrace it.
+
+// IDRange is an inclusive range of user ids, each used as both the uid and
+// the gid of one attempt at a time. The zero value is no range.
+type IDRange struct{ First, Last uint32 }
+
+// ParseIDRange parses "FIRST-LAST" (inclusive); "" and "none" are the zero
+// range.
+func ParseIDRange(s string) (IDRange, error) {
+	if s == "" || s == "none" {
+		return IDRange{}, nil
+	}
+	a, b, ok := strings.Cut(s, "-")
+	first, err1 := strconv.ParseUint(a, 10, 32)
+	last, err2 := strconv.ParseUint(b, 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return IDRange{}, fmt.Errorf("id range %q: want FIRST-LAST, e.g. 61000-61099", s)
+	}
+	r := IDRange{uint32(first), uint32(last)}
+	return r, r.check()
+}
+
+func (r IDRange) String() string {
+	if r.IsZero() {
+		return "none"
+	}
+	return fmt.Sprintf("%d-%d", r.First, r.Last)
+}
+
+// IsZero reports whether r is no range.
+func (r IDRange) IsZero() bool { return r == IDRange{} }
+
+func (r IDRange) contains(id uint32) bool { return !r.IsZero() && id >= r.First && id <= r.Last }
+
+func (r IDRange) overlaps(o IDRange) bool {
+	return !r.IsZero() && !o.IsZero() && r.First <= o.Last && o.First <= r.Last
+}
+
+func (r IDRange) check() error {
+	switch {
+	case r.IsZero():
+		return nil
+	case r.First == 0 || r.First > r.Last:
+		return fmt.Errorf("id range %s: want 0 < FIRST <= LAST", r)
+	case r.Last >= 1<<31-1:
+		return fmt.Errorf("id range %s: ids must be below %d", r, uint32(1<<31-1))
+	}
+	return nil
+}
+
+// allowedEnv are the variables of the worker's environment a job inherits:
+// where to find programs and libraries, and how to print text and times.
+// Nothing else passes, so no secret the worker is given (NATS_URL with its
+// password, NATS_CREDS, a cloud token) reaches a job. A job that needs more
+// names it in its own env.
+var allowedEnv = []string{"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH"}
+
+// defaultPath is a job's PATH when the worker has none.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// allowed reports whether a variable of the worker's environment passes
+// to jobs: one of allowedEnv, or LC_*.
+func allowed(name string) bool {
+	return slices.Contains(allowedEnv, name) || strings.HasPrefix(name, "LC_")
+}
+
+// markerVar names the variable that marks an attempt's processes with the
+// attempt's directory, so that a sweep without a uid per attempt finds
+// processes that left the attempt's process group and tree.
+const markerVar = "GPUQ_SANDBOX"
+
+// jobEnv builds an attempt's environment: the allowed variables of base
+// (the worker's), then the job's own, then gpuq's, which win. It is sorted
+// and has one entry per name.
+func jobEnv(base []string, s Spec) []string {
+	env := map[string]string{"PATH": defaultPath}
+	for _, kv := range base {
+		if k, v, ok := strings.Cut(kv, "="); ok && allowed(k) {
+			env[k] = v
+		}
+	}
+	for k, v := range s.Env {
+		env[k] = v
+	}
+	devs := strings.Join(s.Devices, ",")
+	for k, v := range map[string]string{
+		"CUDA_VISIBLE_DEVICES":   devs,
+		"NVIDIA_VISIBLE_DEVICES": devs,
+		"GPUQ_JOB_ID":            s.Attempt.Job,
+		"GPUQ_ACCOUNT":           s.Account,
+		"GPUQ_ATTEMPT":           strconv.Itoa(s.Attempt.N),
+		"HOME":                   s.Dir,
+		"TMPDIR":                 s.Dir,
+		markerVar:                s.Dir,
+	} {
+		env[k] = v
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// sandbox makes, hands out and takes back the attempts' directories and
+// users. It is safe for concurrent use.
+type sandbox struct {
+	root string  // JobRoot
+	uids IDRange // zero: jobs run as the worker's user
+	keep bool    // KeepAttemptDirs
+	self int     // the worker's effective uid
+
+	mu   sync.Mutex
+	free []uint32            // pool ids not in use, least recently used first
+	used map[uint32]struct{} // pool ids in use
+}
+
+// jail is one attempt's place: its directory and, with a pool, its user.
+type jail struct {
+	dir    string
+	pooled bool
+	uid    uint32 // with pooled: the attempt's uid and gid
+}
+
+// processes ever registered with a pool in this process, so two workers
+// in one process cannot share ids (each would kill the other's jobs).
+var (
+	poolsMu sync.Mutex
+	pools   = map[*sandbox]string{}
+)
+
+// newSandbox checks cfg's JobRoot and JobUIDs and makes the job root:
+// owned by the worker, mode 0711 with a pool (the attempts' users must
+// reach their own directories but list nothing), 0700 without.
+func newSandbox(cfg *Config) (*sandbox, error) {
+	s := &sandbox{root: filepath.Clean(cfg.JobRoot), uids: cfg.JobUIDs, keep: cfg.KeepAttemptDirs,
+		self: os.Geteuid(), used: map[uint32]struct{}{}}
+	if err := s.uids.check(); err != nil {
+		return nil, fmt.Errorf("worker: Config.JobUIDs: %w", err)
+	}
+	if cfg.JobRoot == "" {
+		s.root = filepath.Clean(cfg.StateDir) + "-jobs"
+		if s.pooled() && searchable(filepath.Dir(s.root)) != nil {
+			// The attempts' users could not reach it; the state
+			// directory names the place, so a restart finds it again.
+			abs, err := filepath.Abs(cfg.StateDir)
+			if err != nil {
+				return nil, fmt.Errorf("worker: Config.StateDir: %w", err)
+			}
+			h := fnv.New32a()
+			h.Write([]byte(abs))
+			s.root = filepath.Join("/tmp", fmt.Sprintf("gpuq-jobs-%s-%08x", cfg.Host, h.Sum32()))
+		}
+	}
+	if !s.uids.IsZero() {
+		if !poolSupported {
+			return nil, fmt.Errorf("worker: Config.JobUIDs is supported on Linux only")
+		}
+		if s.self != 0 {
+			return nil, fmt.Errorf("worker: Config.JobUIDs %s needs the worker to run as root (it runs as uid %d); leave it out to run jobs as the worker's user", s.uids, s.self)
+		}
+		if err := idsUnused(s.uids); err != nil {
+			return nil, fmt.Errorf("worker: Config.JobUIDs: %w", err)
+		}
+		for id := s.uids.First; ; id++ {
+			s.free = append(s.free, id)
+			if id == s.uids.Last {
+				break
+			}
+		}
+	}
+	mode := fs.FileMode(0o700)
+	if s.pooled() {
+		mode = 0o711
+	}
+	if err := ownDir(s.root, mode); err != nil {
+		return nil, fmt.Errorf("worker: job root: %w", err)
+	}
+	if s.pooled() {
+		if err := searchable(s.root); err != nil {
+			return nil, fmt.Errorf("worker: job root %s cannot be reached by the jobs' users: %w; choose a job root under a directory every user may search", s.root, err)
+		}
+	}
+	return s, nil
+}
+
+func (s *sandbox) pooled() bool { return !s.uids.IsZero() }
+
+// register claims the pool for this process while the worker runs.
+func (s *sandbox) register(host string) error {
+	if !s.pooled() {
+		return nil
+	}
+	poolsMu.Lock()
+	defer poolsMu.Unlock()
+	for o, h := range pools {
+		if o != s && o.uids.overlaps(s.uids) {
+			return fmt.Errorf("worker %s: JobUIDs %s overlap %s of worker %s in this process; give each worker its own ids", host, s.uids, o.uids, h)
+		}
+	}
+	pools[s] = host
+	return nil
+}
+
+func (s *sandbox) unregister() {
+	poolsMu.Lock()
+	delete(pools, s)
+	poolsMu.Unlock()
+}
+
+// describe says, for the log at start, what a job can and cannot reach.
+func (s *sandbox) describe(log *slog.Logger) {
+	switch {
+	case s.pooled():
+		log.Info("each attempt runs as its own user and group from the pool, in its own directory",
+			slog.String("job_uids", s.uids.String()), slog.String("job_root", s.root))
+	case s.self == 0:
+		log.Warn("jobs run as root, the worker's user (no job uid pool is set): a job can read the worker's credentials file "+
+			"and state, signal it and every other job, and leave processes the worker cannot find; set a job uid pool (--job-uids)",
+			slog.String("job_root", s.root))
+	default:
+		log.Warn("jobs run as the worker's own user: a job can read whatever this user can (a credentials file included), "+
+			"signal the worker and other jobs, and a process that leaves the job's process group, session and tree and clears "+
+			"its environment outlives the attempt; the worker's environment and memory are hidden from jobs (it is non-dumpable). "+
+			"Run the worker as root with a job uid pool (--job-uids) to give each attempt its own user",
+			slog.Int("uid", s.self), slog.String("job_root", s.root))
+	}
+}
+
+// dirOf is attempt a's directory. Job ids are subject tokens, which are
+// safe file names.
+func (s *sandbox) dirOf(a Attempt) string {
+	return filepath.Join(s.root, fmt.Sprintf("%s.%d", a.Job, a.N))
+}
+
+// prepare makes attempt a's directory, afresh, and with a pool gives the
+// attempt a user of its own. release undoes it.
+func (s *sandbox) prepare(a Attempt) (*jail, error) {
+	j := &jail{dir: s.dirOf(a), pooled: s.pooled()}
+	if j.pooled {
+		s.mu.Lock()
+		if len(s.free) == 0 {
+			s.mu.Unlock()
+			return nil, fmt.Errorf("every job uid of %s is in use", s.uids)
+		}
+		j.uid = s.free[0]
+		s.free = s.free[1:]
+		s.used[j.uid] = struct{}{}
+		s.mu.Unlock()
+	}
+	// A directory left by an earlier life of this worker goes first; the
+	// job root is the worker's, so nobody else can put one back.
+	if err := os.RemoveAll(j.dir); err != nil {
+		s.giveBack(j)
+		return nil, fmt.Errorf("clear the attempt directory: %w", err)
+	}
+	if err := os.Mkdir(j.dir, 0o700); err != nil {
+		s.giveBack(j)
+		return nil, fmt.Errorf("make the attempt directory: %w", err)
+	}
+	if j.pooled {
+		if err := os.Lchown(j.dir, int(j.uid), int(j.uid)); err != nil {
+			s.giveBack(j)
+			return nil, errors.Join(fmt.Errorf("give the attempt directory to uid %d: %w", j.uid, err), os.Remove(j.dir))
+		}
+	}
+	return j, nil
+}
+
+// release takes back j once no process of it is left: its directory is
+// removed (or, with KeepAttemptDirs, handed back to the worker, so no later
+// user of the same uid can read it) and its uid goes back to the pool.
+func (s *sandbox) release(j *jail) error {
+	var err error
+	if s.keep {
+		if j.pooled {
+			err = os.Lchown(j.dir, s.self, os.Getegid())
+		}
+	} else {
+		err = os.RemoveAll(j.dir)
+	}
+	s.giveBack(j)
+	if err != nil {
+		return fmt.Errorf("clean up the attempt directory: %w", err)
+	}
+	return nil
+}
+
+// giveBack returns j's uid to the end of the free list: ids are reused as
+// late as possible.
+func (s *sandbox) giveBack(j *jail) {
+	if !j.pooled {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.used[j.uid]; ok {
+		delete(s.used, j.uid)
+		s.free = append(s.free, j.uid)
+	}
+}
+
+// clearRoot removes what attempts of an earlier life left in the job root,
+// unless KeepAttemptDirs. No process of theirs may be left (see reclaim).
+func (s *sandbox) clearRoot() error {
+	if s.keep {
+		return nil
+	}
+	ents, err := os.ReadDir(s.root)
+	if err != nil {
+		return fmt.Errorf("read the job root: %w", err)
+	}
+	var errs []error
+	for _, e := range ents {
+		errs = append(errs, os.RemoveAll(filepath.Join(s.root, e.Name())))
+	}
+	return errors.Join(errs...)
+}
+
+// close removes the job root when the worker stops, if nothing is left in
+// it.
+func (s *sandbox) close() error {
+	err := os.Remove(s.root)
+	if err == nil || errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
+		return nil
+	}
+	return err
+}
+
+// untilGone runs sweep until it reports nothing left, retrying with
+// backoff and logging once while processes survive, until ctx ends.
+func untilGone(ctx context.Context, o *outage, sweep func() error) error {
+	return retry(ctx, o, func(context.Context) error { return sweep() })
+}
+
+// ownDir makes dir (and its parents) if needed and checks that it is a
+// directory of the worker's own, not a link, that nobody else can write;
+// it then sets its mode to mode. Someone else's directory, planted where
+// the worker would put its own, is refused.
+func ownDir(dir string, mode fs.FileMode) error {
+	if err := os.MkdirAll(dir, mode); err != nil {
+		return err
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	if uid, ok := fileOwner(fi); ok && uid != os.Geteuid() {
+		return fmt.Errorf("%s belongs to uid %d, not to the worker's uid %d: move it away or choose another directory", dir, uid, os.Geteuid())
+	}
+	if fi.Mode().Perm() != mode {
+		if err := os.Chmod(dir, mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// searchable reports an error naming the first directory above and
+// including dir that other users cannot search.
+func searchable(dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%s has mode %04o", d, fi.Mode().Perm())
+		}
+		if d == filepath.Dir(d) {
+			return nil
+		}
+	}
+}
+
+// idsUnused reports an error if any id of r belongs to a user or group of
+// /etc/passwd or /etc/group: the sweep kills every process of a pool uid,
+// so a pool must be ids nobody else uses.
+func idsUnused(r IDRange) error {
+	for _, f := range []struct{ path, kind string }{{"/etc/passwd", "user"}, {"/etc/group", "group"}} {
+		file, err := os.Open(f.path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		sc := bufio.NewScanner(file)
+		for sc.Scan() {
+			fields := strings.Split(sc.Text(), ":")
+			if len(fields) < 3 {
+				continue
+			}
+			id, err := strconv.ParseUint(fields[2], 10, 32)
+			if err == nil && r.contains(uint32(id)) {
+				_ = file.Close() // read only
+				return fmt.Errorf("id %d of %s is %s %q of %s; choose ids no user or group has", id, r, f.kind, fields[0], f.path)
+			}
+		}
+		err = sc.Err()
+		_ = file.Close() // read only
+		if err != nil {
+			return fmt.Errorf("read %s: %w", f.path, err)
+		}
+	}
+	return nil
+}
+
+// fileOwner is fi's owning uid, if the system says.
+func fileOwner(fi fs.FileInfo) (int, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return int(st.Uid), true
+}
