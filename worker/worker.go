@@ -573,7 +573,7 @@ func (w *Worker) current(run context.Context, a Attempt) (bool, string, error) {
 func (w *Worker) run(ctx context.Context, r *attempt) {
 	defer w.wg.Done()
 	a := r.spec.Attempt
-	out := newOutput(ctx, w, a)
+	out := newOutput(ctx, w, a, r.spec.Account)
 	proc, err := startProcess(r.spec, out.stdout, out.stderr, w.cfg.KillGrace)
 	var o Outcome
 	if err != nil {
