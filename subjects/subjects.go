@@ -30,8 +30,9 @@ const (
 	// duplicate window. On the command stream the id starts with the
 	// command's kind, so ids of different kinds never collide:
 	// submit.<account>.<job> on a submission, admin.<account>.<op> on an
-	// admin command, report.<host>.… on a report, and so on. Effects,
-	// orders and output chunks carry ids derived from what produced them.
+	// admin command, report.<host>.… on a report, and so on. Effects and
+	// orders carry ids derived from what produced them; output chunks
+	// carry none (see wire.LogChunk).
 	// Package wire builds every one.
 	MsgIDHeader = "Nats-Msg-Id"
 
