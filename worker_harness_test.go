@@ -135,7 +135,7 @@ func (c *cluster) submitCmd(account, id string, gpus int, cost ledger.Credits, w
 func (c *cluster) logs(job string, attempt int) (stdout, stderr string, end wire.LogChunk) {
 	c.t.Helper()
 	ctx := c.ctx()
-	cons, err := c.js.OrderedConsumer(ctx, c.n.LogsStream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{c.n.Log(job)}})
+	cons, err := c.js.OrderedConsumer(ctx, c.n.LogsStream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{c.n.LogFilter()}})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -148,11 +148,11 @@ func (c *cluster) logs(job string, attempt int) (stdout, stderr string, end wire
 		n := 0
 		for m := range batch.Messages() {
 			n++
-			ch, err := wire.DecodeLogChunk(job, m.Headers().Get, m.Data())
+			ch, err := wire.DecodeLogChunk(c.n, m.Subject(), m.Headers().Get, m.Data())
 			if err != nil {
 				c.t.Fatal(err)
 			}
-			if ch.Attempt != attempt {
+			if ch.Job != job || ch.Attempt != attempt {
 				continue
 			}
 			switch {

@@ -7,6 +7,10 @@
 // the ledger bucket, and is safe for concurrent use. Programs in other
 // languages use the wire contract (docs/wire.md) directly.
 //
+// Against the deploy configuration (deploy/), where each tenant is a NATS
+// account of its own, connect with the user's nkey and its own inbox prefix:
+// nats.Connect(url, nats.NkeyOptionFromSeed(seed), nats.CustomInboxPrefix("_INBOX_vision")).
+//
 //	c, _ := client.New(nc)
 //	ev, err := c.Submit(ctx, ledger.Submit{Account: "vision", ID: "train-42", GPUs: 2, Cost: 120,
 //		Command: []string{"python", "train.py"}})
@@ -293,10 +297,19 @@ func (c *Client) publish(ctx context.Context, msg wire.Message) (uint64, bool, e
 	return ack.Sequence, ack.Duplicate, nil
 }
 
-// open starts an ordered consumer of the events stream on one filter.
+// ConsumerName returns a fresh name prefix for an ordered consumer: 130
+// random bits. Where tenants share gpuq's streams from accounts of their
+// own (deploy/), a consumer is pulled by name, and no tenant may list
+// consumers; a name nobody can guess keeps one tenant from pulling
+// another's.
+func ConsumerName() string { return "c" + rand.Text() }
+
+// open starts an ordered consumer of the events stream on one filter (one,
+// so that the filter is in the request's subject, which is what the deploy
+// configuration's permissions check).
 func (c *Client) open(ctx context.Context, filter string, from jetstream.DeliverPolicy) (jetstream.MessagesContext, error) {
 	cons, err := c.js.OrderedConsumer(ctx, c.n.EventsStream(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter}, DeliverPolicy: from})
+		FilterSubjects: []string{filter}, DeliverPolicy: from, NamePrefix: ConsumerName()})
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", filter, err)
 	}

@@ -33,10 +33,11 @@ const (
 	// admin command, report.<host>.… on a report, and so on, and ends in a
 	// secret nonce, so no other publisher can take it first. Effects and
 	// orders carry ids derived from what produced them (only the scheduler
-	// publishes those). Package wire builds every one.
+	// publishes those); output chunks carry none (see wire.LogChunk).
+	// Package wire builds every one.
 	MsgIDHeader = "Nats-Msg-Id"
 
-	// Headers of a job output chunk on gpuq.log.<job>.
+	// Headers of a job output chunk on gpuq.log.<account>.<job>.<host>.
 	LogAttemptHeader = "Gpuq-Attempt"   // the attempt that wrote it
 	LogStreamHeader  = "Gpuq-Stream"    // "stdout" or "stderr"; empty on the end marker
 	LogSeqHeader     = "Gpuq-Seq"       // the chunk's number within the attempt, from 1
@@ -199,8 +200,8 @@ func (n Names) EventFilters() []string {
 	return []string{n.prefix + ".event.>", n.prefix + ".journal.*"}
 }
 
-// LogFilter is the subject filter of the logs stream: gpuq.log.*.
-func (n Names) LogFilter() string { return n.prefix + ".log.*" }
+// LogFilter is the subject filter of the logs stream: gpuq.log.*.*.*.
+func (n Names) LogFilter() string { return n.prefix + ".log.*.*.*" }
 
 // Stream describes one stream of the contract: its name and subject filters.
 type Stream struct {
@@ -306,8 +307,56 @@ func (n Names) JournalAll() string { return n.prefix + ".journal.*" }
 
 // Log subjects (stream GPUQ_LOGS).
 
-// Log is where a worker streams the output of job: gpuq.log.<job>.
-func (n Names) Log(job string) string { return n.join("job id", job, "log") }
+// Log is where the worker on host streams the output of job of account:
+// gpuq.log.<account>.<job>.<host>. The account lets permissions give each
+// tenant only its own jobs' output, and the host lets them give each worker
+// only chunks tagged with its own host; a reader keeps the chunks from the
+// host each attempt ran on.
+func (n Names) Log(account, job, host string) string {
+	mustToken("account", account)
+	mustToken("job id", job)
+	mustToken("host", host)
+	return n.prefix + ".log." + account + "." + job + "." + host
+}
+
+// JobLogs is the filter for the output of job of account from every host:
+// gpuq.log.<account>.<job>.*.
+func (n Names) JobLogs(account, job string) string {
+	mustToken("account", account)
+	mustToken("job id", job)
+	return n.prefix + ".log." + account + "." + job + ".*"
+}
+
+// AccountLogs is the filter for the output of every job of account:
+// gpuq.log.<account>.>. A tenant's permission to read its jobs' output is a
+// permission on this filter.
+func (n Names) AccountLogs(account string) string {
+	mustToken("account", account)
+	return n.prefix + ".log." + account + ".>"
+}
+
+// LogSubject is a parsed subject of the logs stream.
+type LogSubject struct {
+	Account, Job, Host string
+}
+
+// ParseLog parses a subject of the logs stream,
+// gpuq.log.<account>.<job>.<host>. It returns an error wrapping
+// [ErrBadSubject] for a subject of another shape, and one wrapping
+// [ErrBadToken] for a bad token.
+func (n Names) ParseLog(subject string) (LogSubject, error) {
+	rest, ok := strings.CutPrefix(subject, n.prefix+".log.")
+	parts := strings.Split(rest, ".")
+	if !ok || len(parts) != 3 {
+		return LogSubject{}, fmt.Errorf("%q: want %s.log.<account>.<job>.<host>: %w", subject, n.prefix, ErrBadSubject)
+	}
+	for i, what := range []string{"account", "job id", "host"} {
+		if err := CheckToken(what, parts[i]); err != nil {
+			return LogSubject{}, fmt.Errorf("subject %q: %w", subject, err)
+		}
+	}
+	return LogSubject{Account: parts[0], Job: parts[1], Host: parts[2]}, nil
+}
 
 // Ledger bucket keys.
 

@@ -65,7 +65,9 @@ func TestBuildersPanicOnBadToken(t *testing.T) {
 		"Report":   func() { Default.Report("h*") },
 		"Dispatch": func() { Default.Dispatch(">") },
 		"JobEvent": func() { Default.JobEvent("ok", "bad job") },
-		"Log":      func() { Default.Log("") },
+		"Log":      func() { Default.Log("a", "", "h") },
+		"LogHost":  func() { Default.Log("a", "j", "h.1") },
+		"JobLogs":  func() { Default.JobLogs("a*", "j") },
 		"JobKey":   func() { JobKey("j.1") },
 	}
 	for name, build := range builders {
@@ -96,7 +98,7 @@ func TestEverySubjectLandsInItsStream(t *testing.T) {
 			{"pipeline", n.Cancel("vision"), n.CmdStream()},
 			{"admin", n.Admin("vision"), n.CmdStream()},
 			{"worker", n.Report("gpu-host-1"), n.CmdStream()},
-			{"worker", n.Log("train-42"), n.LogsStream()},
+			{"worker", n.Log("vision", "train-42", "gpu-host-1"), n.LogsStream()},
 			{"scheduler", n.Sched(SchedDispatch), n.CmdStream()},
 			{"scheduler", n.Sched(SchedLost), n.CmdStream()},
 			{"scheduler", n.Sched(SchedUnplaceable), n.CmdStream()},
@@ -145,6 +147,52 @@ func TestEventSubjectsDoNotCollide(t *testing.T) {
 	for _, s := range subs[1:] {
 		if Match(n.JobEvents("a"), s) {
 			t.Errorf("JobEvents(a) matches non-job subject %q", s)
+		}
+	}
+}
+
+// TestLogSubjects checks that one account's or one job's log filter never
+// matches another's output, that a job's filter matches every host's chunks,
+// and that parsing inverts building.
+func TestLogSubjects(t *testing.T) {
+	t.Parallel()
+	n := Default
+	subj := n.Log("vision", "train-42", "gpu-host-1")
+	if subj != "gpuq.log.vision.train-42.gpu-host-1" {
+		t.Errorf("Log = %q", subj)
+	}
+	for filter, want := range map[string]bool{
+		n.JobLogs("vision", "train-42"): true,
+		n.AccountLogs("vision"):         true,
+		n.LogFilter():                   true,
+		n.JobLogs("nlp", "train-42"):    false,
+		n.JobLogs("vision", "train-4"):  false,
+		n.AccountLogs("nlp"):            false,
+		n.AccountLogs("vision-2"):       false,
+	} {
+		if Match(filter, subj) != want {
+			t.Errorf("Match(%q, %q) = %v, want %v", filter, subj, !want, want)
+		}
+	}
+	// An account named like another's job still gets only its own output.
+	if Match(n.AccountLogs("train-42"), n.Log("vision", "train-42", "h")) {
+		t.Error("an account's log filter matched another account's job named like it")
+	}
+	got, err := n.ParseLog(subj)
+	if err != nil || got != (LogSubject{Account: "vision", Job: "train-42", Host: "gpu-host-1"}) {
+		t.Errorf("ParseLog(%q) = %+v, %v", subj, got, err)
+	}
+	for subject, want := range map[string]error{
+		"gpuq.log.train-42":  ErrBadSubject,
+		"gpuq.log.a.j":       ErrBadSubject,
+		"gpuq.log.a.j.h.x":   ErrBadSubject,
+		"other.log.a.j.h":    ErrBadSubject,
+		"gpuq.log.a.j\xe9.h": ErrBadToken,
+		"gpuq.log.a.j.h:1":   ErrBadToken,
+		"gpuq.log.a.j." + "": ErrBadToken,
+	} {
+		if _, err := n.ParseLog(subject); !errors.Is(err, want) {
+			t.Errorf("ParseLog(%q) = %v, want %v", subject, err, want)
 		}
 	}
 }

@@ -93,7 +93,7 @@ func FuzzDecodeLogChunk(f *testing.F) {
 	f.Fuzz(func(t *testing.T, attempt, seq, stream, end string, data []byte) {
 		h := map[string]string{subjects.LogAttemptHeader: attempt, subjects.LogSeqHeader: seq,
 			subjects.LogStreamHeader: stream, subjects.LogEndHeader: end}
-		c, err := wire.DecodeLogChunk("job-1", func(k string) string { return h[k] }, data)
+		c, err := wire.DecodeLogChunk(n, n.Log("acct", "job-1", "host-1"), func(k string) string { return h[k] }, data)
 		if err != nil {
 			return
 		}
@@ -101,8 +101,8 @@ func FuzzDecodeLogChunk(f *testing.F) {
 		if err != nil {
 			t.Fatalf("decoded %+v but cannot encode it: %v", c, err)
 		}
-		again, err := wire.DecodeLogChunk("job-1", func(k string) string { return msg.Header[k] }, msg.Data)
-		if err != nil || again.Attempt != c.Attempt || again.Seq != c.Seq || again.Stream != c.Stream || again.End != c.End {
+		again, err := wire.DecodeLogChunk(n, msg.Subject, func(k string) string { return msg.Header[k] }, msg.Data)
+		if err != nil || again.Account != "acct" || again.Job != "job-1" || again.Host != "host-1" || again.Attempt != c.Attempt || again.Seq != c.Seq || again.Stream != c.Stream || again.End != c.End {
 			t.Fatalf("round trip of %+v gave %+v, %v", c, again, err)
 		}
 	})

@@ -9,19 +9,20 @@ import (
 	"github.com/gpuq/gpuq/wire"
 )
 
-// output streams one attempt's stdout and stderr to gpuq.log.<job> in
-// chunks, numbered in the order they are sent, with a cap on the bytes kept
+// output streams one attempt's stdout and stderr to
+// gpuq.log.<account>.<job>.<host> in chunks, numbered in the order they are sent, with a cap on the bytes kept
 // and an end marker that says how the attempt ended.
 type output struct {
 	w *Worker
 	// ctx bounds the sends. It is kept here because Write, being
 	// io.Writer's, cannot be given one.
-	ctx    context.Context
-	a      Attempt
-	stdout *outputWriter
-	stderr *outputWriter
-	stop   chan struct{} // closed by close: the flusher returns
-	done   chan struct{} // closed once the flusher has returned
+	ctx     context.Context
+	a       Attempt
+	account string // the job's account, which the chunks' subject names
+	stdout  *outputWriter
+	stderr  *outputWriter
+	stop    chan struct{} // closed by close: the flusher returns
+	done    chan struct{} // closed once the flusher has returned
 
 	// mu guards what follows and both streams' buffers, and is held while
 	// a chunk is sent: chunks go out in the order they are numbered, and
@@ -42,8 +43,8 @@ type outputWriter struct {
 	buf    []byte // guarded by o.mu
 }
 
-func newOutput(ctx context.Context, w *Worker, a Attempt) *output {
-	o := &output{w: w, ctx: ctx, a: a, stop: make(chan struct{}), done: make(chan struct{})}
+func newOutput(ctx context.Context, w *Worker, a Attempt, account string) *output {
+	o := &output{w: w, ctx: ctx, a: a, account: account, stop: make(chan struct{}), done: make(chan struct{})}
 	o.stdout = &outputWriter{o: o, stream: wire.Stdout}
 	o.stderr = &outputWriter{o: o, stream: wire.Stderr}
 	go o.flushEvery(w.cfg.LogFlush)
@@ -74,7 +75,7 @@ func (o *output) flushEvery(interval time.Duration) {
 // is held.
 func (o *output) sendLocked(c wire.LogChunk) {
 	o.seq++
-	c.Job, c.Attempt, c.Seq = o.a.Job, o.a.N, o.seq
+	c.Account, c.Job, c.Host, c.Attempt, c.Seq = o.account, o.a.Job, o.w.cfg.Host, o.a.N, o.seq
 	ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
 	defer cancel()
 	if err := o.w.cfg.Bus.Log(ctx, c); err != nil {

@@ -21,12 +21,12 @@ func TestOutputKeepsOrderAndEndsLast(t *testing.T) {
 	const attempts, writes = 500, 20
 	bus := newFakeBus()
 	log := slog.New(slog.NewTextHandler(t.Output(), nil))
-	w := &Worker{cfg: Config{Bus: bus, LogFlush: time.Microsecond, LogChunkBytes: 4, MaxLogBytes: 1 << 20},
+	w := &Worker{cfg: Config{Host: "h1", Bus: bus, LogFlush: time.Microsecond, LogChunkBytes: 4, MaxLogBytes: 1 << 20},
 		log: log, output: newOutage(log, "output down", "output up")}
 	// Writes of 5 and 6 bytes leave part of a chunk behind for the flusher.
 	text := func(stream string, i int) string { return fmt.Sprintf("%.3s%d,", stream, i) }
 	for n := 1; n <= attempts; n++ {
-		o := newOutput(t.Context(), w, Attempt{Job: "j", N: n})
+		o := newOutput(t.Context(), w, Attempt{Job: "j", N: n}, "acct")
 		var wg sync.WaitGroup
 		for _, s := range []struct {
 			w      io.Writer
@@ -49,6 +49,9 @@ func TestOutputKeepsOrderAndEndsLast(t *testing.T) {
 	_, chunks := bus.recorded()
 	byAttempt := map[int][]wire.LogChunk{}
 	for _, c := range chunks {
+		if c.Account != "acct" || c.Host != "h1" {
+			t.Fatalf("a chunk tagged account %q host %q, want the job's account and this host", c.Account, c.Host)
+		}
 		byAttempt[c.Attempt] = append(byAttempt[c.Attempt], c)
 	}
 	bad := 0

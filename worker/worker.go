@@ -643,7 +643,7 @@ func (w *Worker) run(ctx context.Context, r *attempt) {
 	defer w.wg.Done()
 	a := r.spec.Attempt
 	log := w.log.With(slog.String("job_id", a.Job), slog.Int("attempt", a.N))
-	out := newOutput(ctx, w, a)
+	out := newOutput(ctx, w, a, r.spec.Account)
 	proc, err := startProcess(w.jobs, r.jail, r.spec, out.stdout, out.stderr, w.cfg.KillGrace, log)
 	var o Outcome
 	if err != nil {

@@ -22,6 +22,8 @@ import (
 type connFlags struct {
 	url     string
 	creds   string
+	nkey    string
+	inbox   string
 	tlsCA   string
 	tlsCert string
 	tlsKey  string
@@ -32,12 +34,19 @@ type connFlags struct {
 func (f *connFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.url, "nats", envOr("NATS_URL", nats.DefaultURL), "NATS server URL, or $NATS_URL")
 	fs.StringVar(&f.creds, "creds", os.Getenv("NATS_CREDS"), "NATS credentials file, or $NATS_CREDS")
+	fs.StringVar(&f.nkey, "nkey", os.Getenv("NATS_NKEY"), "NATS nkey seed file of an nkey user, or $NATS_NKEY")
+	fs.StringVar(&f.inbox, "inbox-prefix", envOr("NATS_INBOX_PREFIX", defaultInbox),
+		"subject prefix of this connection's replies, the one its user may subscribe to (deploy/: _INBOX_<user>), or $NATS_INBOX_PREFIX")
 	fs.StringVar(&f.tlsCA, "tls-ca", "", "CA certificate file to verify the server with")
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "client certificate file (with --tls-key)")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "client key file")
 	fs.StringVar(&f.prefix, "prefix", subjects.DefaultPrefix, "subject prefix of the gpuq installation")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for the scheduler's answer")
 }
+
+// defaultInbox is nats.go's own inbox prefix, kept when --inbox-prefix is
+// left out: a single-account server (gpuq dev) lets every user read it.
+const defaultInbox = "_INBOX"
 
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
@@ -58,8 +67,21 @@ func (f *connFlags) names() (subjects.Names, error) {
 // options returns the NATS connection options for the flags.
 func (f *connFlags) options(name string) ([]nats.Option, error) {
 	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second)}
+	if f.creds != "" && f.nkey != "" {
+		return nil, usagef("--creds and --nkey both given: a connection authenticates one way; give the one its user has")
+	}
 	if f.creds != "" {
 		opts = append(opts, nats.UserCredentials(f.creds))
+	}
+	if f.nkey != "" {
+		o, err := nats.NkeyOptionFromSeed(f.nkey)
+		if err != nil {
+			return nil, fmt.Errorf("--nkey %s: %w", f.nkey, err)
+		}
+		opts = append(opts, o)
+	}
+	if f.inbox != defaultInbox {
+		opts = append(opts, nats.CustomInboxPrefix(f.inbox))
 	}
 	if f.tlsCA != "" || f.tlsCert != "" {
 		cfg := &tls.Config{MinVersion: tls.VersionTLS12}

@@ -149,8 +149,9 @@ scheduler and a worker on simulated GPUs) and prints commands to try.
 
 Every command takes --prefix, the installation's subject prefix. All but dev
 (which runs its own server) connect with --nats URL (or $NATS_URL, default
-nats://127.0.0.1:4222), --creds FILE (or $NATS_CREDS), --tls-ca, --tls-cert
-and --tls-key. --output table|json and --timeout (how long to wait for the
+nats://127.0.0.1:4222), --creds FILE (or $NATS_CREDS) or --nkey SEEDFILE (or
+$NATS_NKEY), --inbox-prefix (or $NATS_INBOX_PREFIX; deploy/ gives each user
+its own), --tls-ca, --tls-cert and --tls-key. --output table|json and --timeout (how long to wait for the
 scheduler's answer) are for the commands that ask gpuq something: the daemons
 (dev, scheduler, worker) print no table or JSON, and of them only dev uses
 --timeout. Run gpuq <command> --help for its flags and examples.

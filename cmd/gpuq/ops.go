@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gpuq/gpuq/client"
 	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/scheduler"
 	"github.com/gpuq/gpuq/subjects"
@@ -60,21 +61,28 @@ func runLogs(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer s.close()
+	j, err := s.job(ctx, job)
+	if err != nil {
+		return err
+	}
 	want := *attempt
 	if want == 0 {
-		j, err := s.job(ctx, job)
-		if err != nil {
-			return err
-		}
 		if j.Attempt == 0 {
 			fmt.Fprintf(e.stderr, "job %s has not run yet (%s)\n", job, j.State)
 			return nil
 		}
 		want = j.Attempt
 	}
-	cons, err := s.js.OrderedConsumer(ctx, s.n.LogsStream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{s.n.Log(job)}})
+	host := attemptHost(j, want)
+	if host == "" {
+		return fmt.Errorf("job %s has no attempt %d on record (its latest is %d)", job, want, j.Attempt)
+	}
+	// Only chunks from the host the attempt ran on: another host's worker
+	// can publish chunks that name this job, but only under its own host.
+	cons, err := s.js.OrderedConsumer(ctx, s.n.LogsStream(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{s.n.Log(j.Account, job, host)}, NamePrefix: client.ConsumerName()})
 	if err != nil {
-		return err
+		return fmt.Errorf("read the output of job %s: %w", job, err)
 	}
 	chunks := []wire.LogChunk{} // JSON [] when there are none
 	for {
@@ -89,7 +97,7 @@ func runLogs(ctx context.Context, e *env, args []string) error {
 		got := 0
 		for m := range batch.Messages() {
 			got++
-			ch, err := wire.DecodeLogChunk(job, m.Headers().Get, m.Data())
+			ch, err := wire.DecodeLogChunk(s.n, m.Subject(), m.Headers().Get, m.Data())
 			if err != nil {
 				fmt.Fprintf(e.stderr, "gpuq: skipping a log message: %v\n", err)
 				continue
@@ -127,6 +135,20 @@ func runLogs(ctx context.Context, e *env, args []string) error {
 			return nil
 		}
 	}
+}
+
+// attemptHost returns the host attempt n of j ran on, or "" when the
+// record names none.
+func attemptHost(j *ledger.Job, n int) string {
+	for _, a := range j.Attempts {
+		if a.N == n {
+			return a.Host
+		}
+	}
+	if n == j.Attempt {
+		return j.Host
+	}
+	return ""
 }
 
 // hostView is a host as hosts lists it.

@@ -202,7 +202,6 @@ func (b *WorkerBus) Log(ctx context.Context, c wire.LogChunk) error {
 	if err != nil {
 		return err
 	}
-	msg = wire.WithNonce(msg, rand.Text()) // as in Report: an id no other publisher can take
 	_, err = b.js.PublishMsg(ctx, natsMsg(msg))
 	return err
 }
