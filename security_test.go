@@ -602,12 +602,20 @@ func TestSecurity(t *testing.T) {
 		rollup.Data = []byte(`{}`)
 		_, err = h1.PublishMsg(d.ctx, rollup)
 		t.Logf("gpu-host-1 publishes with Nats-Rollup: all: %v", err)
+		if err == nil {
+			t.Error("the hosts bucket stored a rollup")
+		}
 		if _, err := d.hosts.Get(d.ctx, roleHost2); err != nil {
-			// Fails until natsbus.Setup makes the hosts bucket refuse
-			// rollups (the lead's change for issue 10).
 			t.Errorf("gpu-host-2's heartbeat after gpu-host-1's rollup: %v (the hosts bucket must refuse rollups)", err)
-		} else if err := d.hosts.Delete(d.short(), roleHost2); err != nil {
+		}
+		// gpu-host-2 leaves, as its worker does (the scheduler may not
+		// write heartbeats).
+		kv2, err := h2.KeyValue(d.ctx, d.n.HostsBucket())
+		if err != nil {
 			t.Fatal(err)
+		}
+		if err := kv2.Delete(d.short(), roleHost2); err != nil {
+			t.Fatalf("gpu-host-2 deletes its heartbeat: %v", err)
 		}
 		d.healthy(roleVision, before)
 	})
