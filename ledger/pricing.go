@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math/bits"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -128,21 +129,22 @@ type SetPricing struct {
 // Validate reports every way p is out of range.
 func (p SetPricing) Validate() error {
 	var errs []error
-	if p.ID == "" {
-		errs = append(errs, errors.New("op id is empty"))
-	}
+	errs = append(errs, nonNil(checkID("op id", p.ID))...)
 	if !inRange(p.Default) {
 		errs = append(errs, fmt.Errorf("default price %d is out of range [0, %d]", p.Default, MaxCredits))
 	}
 	if len(p.PerGPUHour) > MaxPricedModels {
-		errs = append(errs, fmt.Errorf("%d models, more than %d", len(p.PerGPUHour), MaxPricedModels))
+		errs = append(errs, tooLarge("%d models, more than %d", len(p.PerGPUHour), MaxPricedModels))
 	}
-	for m, v := range p.PerGPUHour {
-		if m == "" || len(m) > MaxModelBytes {
-			errs = append(errs, fmt.Errorf("model name %q must be 1 to %d bytes", m, MaxModelBytes))
+	for _, m := range slices.Sorted(maps.Keys(p.PerGPUHour)) { // sorted: the same message every time
+		v := p.PerGPUHour[m]
+		if m == "" {
+			errs = append(errs, errors.New("a model name is empty"))
+		} else if err := checkText("model name "+preview(m), m, MaxModelBytes); err != nil {
+			errs = append(errs, err)
 		}
 		if !inRange(v) {
-			errs = append(errs, fmt.Errorf("price %d of %s is out of range [0, %d]", v, m, MaxCredits))
+			errs = append(errs, fmt.Errorf("price %d of %s is out of range [0, %d]", v, preview(m), MaxCredits))
 		}
 	}
 	if p.FailurePercent < 0 || p.FailurePercent > 100 {

@@ -48,12 +48,20 @@ func (s *State) Clone() *State {
 // command already reflected in the state (see the package doc on replays)
 // is skipped: the result has Skipped set and no effects.
 //
+// No command can make a record or an effect the store would refuse: one
+// whose changed records or effects would take more than [MaxRecordBytes]
+// as JSON is not applied (the records it touched are restored as they were)
+// and is answered with an [InvalidEvent] with [ReasonTooLarge]. Validation
+// keeps every valid command far below that; the guard holds even for
+// records stored by an older version with larger limits.
+//
 // Apply panics if a transition breaks an invariant of what it touched. The
 // caller must not persist anything from a panicking Apply.
 func (s *State) Apply(cmd Command, seq uint64, at time.Time) Result {
 	if s.reflected(cmd, seq) {
 		return Result{Skipped: true}
 	}
+	restore, before := s.save(cmd)
 	t := &tx{s: s, seq: seq, at: at.UTC()}
 	switch c := cmd.(type) {
 	case Submit:
@@ -78,6 +86,13 @@ func (s *State) Apply(cmd Command, seq uint64, at time.Time) Result {
 		t.emit(InvalidEvent{Account: c.Account, Job: c.Job, Reason: c.Reason, Message: c.Message})
 	default:
 		panic(fmt.Sprintf("ledger: unknown command type %T", cmd))
+	}
+	if err := t.oversize(before); err != nil {
+		restore()
+		acct, job, _ := keysOf(s, cmd)
+		t = &tx{s: s, seq: seq, at: at.UTC()}
+		t.emit(InvalidEvent{Account: acct, Job: job, Reason: ReasonTooLarge,
+			Message: fmt.Sprintf("%s refused and not applied: %v", cmd.Kind(), err)})
 	}
 	// Money may have come free on the accounts this command touched: admit
 	// their held jobs it now pays for, in submit order.
@@ -143,7 +158,153 @@ type tx struct {
 	jobs     []*Job
 }
 
-func (t *tx) emit(e Effect) { t.res.Effects = append(t.res.Effects, e) }
+// emit adds e to the effects, its message cut to MaxMessageBytes and any id
+// it names that is not a valid one left out.
+func (t *tx) emit(e Effect) {
+	switch v := e.(type) {
+	case JobEvent:
+		v.Message = clip(v.Message)
+		e = v
+	case AccountEvent:
+		v.Message, v.OpID = clip(v.Message), idOrNone(v.OpID)
+		e = v
+	case ConfigEvent:
+		v.Message, v.OpID = clip(v.Message), idOrNone(v.OpID)
+		e = v
+	case InvalidEvent:
+		v.Message, v.Account, v.Job = clip(v.Message), idOrNone(v.Account), idOrNone(v.Job)
+		e = v
+	}
+	t.res.Effects = append(t.res.Effects, e)
+}
+
+// idOrNone returns id if it is a valid id, else "".
+func idOrNone(id string) string {
+	if checkID("", id) != nil {
+		return ""
+	}
+	return id
+}
+
+// oversize reports the first record or effect of the command that would
+// take more than MaxRecordBytes as JSON. A record larger than that already
+// (stored by a version with larger limits) may still change as long as it
+// grows by at most legacyGrowth and stays within legacyRecordBytes, so it
+// can still end.
+func (t *tx) oversize(before func(Key) int) error {
+	for _, k := range t.res.Changed {
+		var n int
+		var what string
+		switch k.Kind {
+		case KeyAccount:
+			n, what = encodedSize(t.s.Accounts[k.ID]), "account "+k.ID
+		case KeyJob:
+			n, what = encodedSize(t.s.Jobs[k.ID]), "job "+k.ID
+		case KeyPricing:
+			n, what = encodedSize(t.s.Pricing), "the price table"
+		}
+		if n > MaxRecordBytes {
+			if b := before(k); b < 0 || n > b+legacyGrowth || n > legacyRecordBytes {
+				return tooLarge("the record of %s would take %d bytes, more than the %d a record may", what, n, MaxRecordBytes)
+			}
+		}
+	}
+	for i, e := range t.res.Effects {
+		if n := encodedSize(e); n > MaxRecordBytes {
+			return tooLarge("its effect %d (%T) would take %d bytes, more than the %d a message may", i, e, n, MaxRecordBytes)
+		}
+	}
+	return nil
+}
+
+// keysOf returns the account and the job cmd names or, for a command about
+// an existing job, the job's account, and whether it may change the price
+// table: every record the command can change, but the held jobs admitted
+// after it (which the guard in Apply does not cover).
+func keysOf(s *State, cmd Command) (acct, job string, pricing bool) {
+	switch c := cmd.(type) {
+	case Submit:
+		return c.Account, c.ID, false
+	case Cancel:
+		job = c.Job
+	case Admin:
+		return c.Account, "", false
+	case Dispatch:
+		job = c.Job
+	case Report:
+		job = c.Job
+	case Lost:
+		job = c.Job
+	case Unplaceable:
+		job = c.Job
+	case Admit:
+		return c.Account, "", false
+	case SetPricing:
+		return "", "", true
+	case Invalid:
+		return c.Account, c.Job, false
+	}
+	if j := s.Jobs[job]; j != nil {
+		acct = j.Account
+	}
+	return acct, job, false
+}
+
+// Room for records stored by a version with larger limits (see oversize).
+const (
+	legacyGrowth      = 4 * MaxMessageBytes
+	legacyRecordBytes = 1<<20 - 64<<10
+)
+
+// save returns a function that puts back the records cmd may change (see
+// keysOf) as they are now, and one that returns the encoded size of such a
+// record as it was (-1 if it did not exist). Copies of the records' structs are enough: the
+// fold replaces the slices, maps and pointers a record holds rather than
+// write into them, and appending past a slice's length leaves what the copy
+// sees as it was.
+func (s *State) save(cmd Command) (restore func(), before func(Key) int) {
+	acctID, jobID, pricing := keysOf(s, cmd)
+	a, hadA := s.Accounts[acctID]
+	j, hadJ := s.Jobs[jobID]
+	var aCopy Account
+	var jCopy Job
+	if hadA {
+		aCopy = *a
+	}
+	if hadJ {
+		jCopy = *j
+	}
+	p := s.Pricing
+	before = func(k Key) int {
+		switch {
+		case k.Kind == KeyAccount && hadA && k.ID == acctID:
+			return encodedSize(&aCopy)
+		case k.Kind == KeyJob && hadJ && k.ID == jobID:
+			return encodedSize(&jCopy)
+		case k.Kind == KeyPricing && p != nil:
+			return encodedSize(p)
+		}
+		return -1
+	}
+	restore = func() {
+		if hadA {
+			*a = aCopy
+			s.Accounts[acctID] = a
+		} else {
+			delete(s.Accounts, acctID)
+		}
+		if hadJ {
+			*j = jCopy
+			s.Jobs[jobID] = j
+		} else {
+			delete(s.Jobs, jobID)
+		}
+		if pricing {
+			s.Pricing = p
+		}
+	}
+	return restore, before
+}
 
 // changedAccount marks a as changed by this command.
 func (t *tx) changedAccount(a *Account) {

@@ -17,6 +17,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -38,6 +40,10 @@ type Store struct {
 	kv   jetstream.KeyValue
 	revs map[string]uint64
 	seqs map[string]uint64
+	// cp is the checkpoint as last loaded or written, and refused the
+	// refusals above it.
+	cp      uint64
+	refused map[uint64]string
 }
 
 // New returns a store over kv, the ledger bucket, published to through js.
@@ -48,6 +54,14 @@ func New(js jetstream.JetStream, kv jetstream.KeyValue) *Store {
 type checkpoint struct {
 	V   int    `json:"v"`
 	Seq uint64 `json:"seq"`
+	// Refused are commands above Seq the fold answers with a rejection
+	// instead of applying (scheduler.Store.Refuse).
+	Refused []refusal `json:"refused,omitempty"`
+}
+
+type refusal struct {
+	Seq uint64 `json:"seq"`
+	Why string `json:"why"`
 }
 
 // Load reads every record and returns the view as of the checkpoint. A
@@ -133,7 +147,16 @@ initial:
 			return nil, false, fmt.Errorf("decode %s: %w", subjects.CheckpointKey, err)
 		}
 		view.Checkpoint = cp.Seq
+		for _, r := range cp.Refused {
+			if r.Seq > cp.Seq {
+				if view.Refused == nil {
+					view.Refused = map[uint64]string{}
+				}
+				view.Refused[r.Seq] = r.Why
+			}
+		}
 	}
+	s.cp, s.refused = view.Checkpoint, maps.Clone(view.Refused)
 	view.State.Seq = view.Checkpoint
 	limit := 0 // the bucket's history setting, read when a rewind first needs it
 	history := func() (int, error) {
@@ -266,7 +289,7 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 		m.Data = r.Value
 		f, err := s.js.PublishMsgAsync(m, jetstream.WithExpectLastSequencePerSubject(s.revs[r.Key]))
 		if err != nil {
-			return fmt.Errorf("write %s: %w", r.Key, err)
+			return fmt.Errorf("write %s: %w", r.Key, tooLarge(r, err))
 		}
 		waits = append(waits, pending{r, f})
 	}
@@ -279,7 +302,7 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 			s.revs[w.rec.Key] = ack.Sequence
 			s.seqs[w.rec.Key] = w.rec.Seq
 		case err := <-w.fut.Err():
-			errs = append(errs, fmt.Errorf("write %s at revision %d: %w", w.rec.Key, s.revs[w.rec.Key], mapConflict(err)))
+			errs = append(errs, fmt.Errorf("write %s at revision %d: %w", w.rec.Key, s.revs[w.rec.Key], tooLarge(w.rec, mapConflict(err))))
 		case <-timeout.C:
 			// The term ends; the next one reloads what was stored.
 			return fmt.Errorf("write %s: no acknowledgement within %v", w.rec.Key, writeTimeout)
@@ -290,9 +313,51 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 	return errors.Join(errs...)
 }
 
-// Checkpoint stores seq as the checkpoint, with a compare-and-swap.
+// tooLarge wraps err, the failure to write rec, in a
+// *scheduler.TooLargeError if the value is too large for the server (its
+// max_payload) or the bucket (its maximum value size): no retry can store it.
+func tooLarge(rec scheduler.Record, err error) error {
+	var api *jetstream.APIError
+	if errors.Is(err, nats.ErrMaxPayload) || errors.As(err, &api) && api.ErrorCode == errCodeMessageTooLarge {
+		return &scheduler.TooLargeError{What: rec.Key, Seq: rec.Seq, Err: fmt.Errorf("%d bytes: %w", len(rec.Value), err)}
+	}
+	return err
+}
+
+// errCodeMessageTooLarge is the server's "message size exceeds maximum
+// allowed" (JSStreamMessageExceedsMaximumErr).
+const errCodeMessageTooLarge = 10054
+
+// Checkpoint stores seq as the checkpoint, with a compare-and-swap, keeping
+// the refusals above it.
 func (s *Store) Checkpoint(ctx context.Context, seq uint64) error {
-	data, err := json.Marshal(checkpoint{V: 1, Seq: seq})
+	for r := range s.refused {
+		if r <= seq {
+			delete(s.refused, r)
+		}
+	}
+	return s.writeCheckpoint(ctx, seq)
+}
+
+// Refuse records the refusal of the command at seq, for why, in the
+// checkpoint record, with a compare-and-swap.
+func (s *Store) Refuse(ctx context.Context, seq uint64, why string) error {
+	if seq <= s.cp {
+		return fmt.Errorf("refuse command %d: it is at or below checkpoint %d, already applied", seq, s.cp)
+	}
+	if s.refused == nil {
+		s.refused = map[uint64]string{}
+	}
+	s.refused[seq] = why
+	return s.writeCheckpoint(ctx, s.cp)
+}
+
+func (s *Store) writeCheckpoint(ctx context.Context, seq uint64) error {
+	cp := checkpoint{V: 1, Seq: seq}
+	for _, r := range slices.Sorted(maps.Keys(s.refused)) {
+		cp.Refused = append(cp.Refused, refusal{Seq: r, Why: s.refused[r]})
+	}
+	data, err := json.Marshal(cp)
 	if err != nil {
 		return err
 	}
@@ -300,7 +365,7 @@ func (s *Store) Checkpoint(ctx context.Context, seq uint64) error {
 	if err != nil {
 		return fmt.Errorf("write %s %d: %w", subjects.CheckpointKey, seq, mapConflict(err))
 	}
-	s.revs[subjects.CheckpointKey] = rev
+	s.revs[subjects.CheckpointKey], s.cp = rev, seq
 	return nil
 }
 
