@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/gpuq/gpuq/ledger"
@@ -290,5 +291,49 @@ func TestMessagesAreCut(t *testing.T) {
 	ev := wantEvent(t, res, ledger.EventRejected, ledger.ReasonInvalid)
 	if len(ev.Message) > 300 {
 		t.Errorf("the rejection of a bad env name takes %d bytes: %.80s…", len(ev.Message), ev.Message)
+	}
+}
+
+func TestAPriceTableSetsTheFloorOfFixedCosts(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 1_000_000)
+	l.Apply(ledger.SetPricing{ID: "p1", PerGPUHour: map[string]ledger.Credits{"H100": 360, "T4": 20}, Default: 100, FixedCost: ledger.FixedCostFloor})
+	if got := l.State.Pricing.MinPrice(); got != 20 {
+		t.Fatalf("MinPrice = %d, want 20", got)
+	}
+	// The probe of issue 10: cost 0 for 8 GPUs × 720 h.
+	big := ledger.Submit{Account: "a", ID: "free", GPUs: 8, Cost: 0, Command: []string{"train"}, Walltime: 720 * time.Hour}
+	ev := wantEvent(t, l.Apply(big), ledger.EventRejected, ledger.ReasonBelowPriceFloor)
+	const floor = 8 * 720 * 20
+	if !strings.Contains(ev.Message, fmt.Sprint(floor)) {
+		t.Errorf("message %q does not give the floor %d", ev.Message, floor)
+	}
+	wantMoney(t, l, "a", 1_000_000, 1_000_000)
+	big.Cost, big.ID = floor-1, "cheap"
+	wantEvent(t, l.Apply(big), ledger.EventRejected, ledger.ReasonBelowPriceFloor)
+	big.Cost, big.ID = floor, "fair"
+	wantEvent(t, l.Apply(big), ledger.EventAccepted, "")
+	wantMoney(t, l, "a", 1_000_000, 1_000_000-floor)
+
+	l.Apply(ledger.SetPricing{ID: "p2", Default: 100, FixedCost: ledger.FixedCostRefused})
+	if !strings.Contains(l.State.Pricing.String(), "metered jobs only") {
+		t.Errorf("the table says %q", l.State.Pricing.String())
+	}
+	big.ID, big.Cost = "named", 1_000
+	wantEvent(t, l.Apply(big), ledger.EventRejected, ledger.ReasonMeteredOnly)
+	wantEvent(t, l.Apply(ledger.Submit{Account: "a", ID: "metered", GPUs: 1, Metered: true, Command: []string{"train"}, Walltime: time.Hour}),
+		ledger.EventAccepted, "")
+	if err := (ledger.SetPricing{ID: "p3", FixedCost: "cheap"}).Validate(); err == nil {
+		t.Errorf("an unknown fixed-cost policy was accepted")
+	}
+	// The policy is stored with the table.
+	data, err := ledger.MarshalPricing(l.State.Pricing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ledger.UnmarshalPricing(data)
+	if err != nil || p.FixedCost != ledger.FixedCostRefused {
+		t.Errorf("stored table = %+v, %v; want fixed_cost metered_only", p, err)
 	}
 }

@@ -122,10 +122,10 @@ func (s *State) reflected(cmd Command, seq uint64) bool {
 		a, ok := s.Accounts[acct]
 		return ok && a.Seq >= seq
 	}
-	priced := s.Pricing != nil && s.Pricing.Seq >= seq // metered submits and settlements read the table
+	priced := s.Pricing != nil && s.Pricing.Seq >= seq // submits (its fixed-cost policy, metered prices) and settlements read the table
 	switch c := cmd.(type) {
 	case Submit:
-		return seen(c.Account, c.ID) || c.Metered && priced
+		return seen(c.Account, c.ID) || priced
 	case Cancel:
 		return seen("", c.Job)
 	case Admin:

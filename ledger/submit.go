@@ -44,6 +44,10 @@ func (t *tx) submit(c Submit) {
 			fmt.Sprintf("account %s does not exist; an admin must create it first", c.Account))
 		return
 	}
+	if reason, msg := t.s.Pricing.fixedCostProblem(c); reason != "" {
+		t.rejectSubmission(c, reason, msg)
+		return
+	}
 	if c.Metered {
 		price := t.s.Pricing.MaxPrice()
 		if price == 0 {
@@ -127,7 +131,8 @@ func (t *tx) setPricing(c SetPricing) {
 		t.emit(ConfigEvent{Type: EventIgnored, OpID: c.ID, Reason: ReasonDuplicate, Message: fmt.Sprintf("op %s was already applied", c.ID)})
 		return
 	}
-	t.s.Pricing = &Pricing{PerGPUHour: maps.Clone(c.PerGPUHour), Default: c.Default, FailurePercent: c.FailurePercent, OpID: c.ID, Seq: t.seq}
+	t.s.Pricing = &Pricing{PerGPUHour: maps.Clone(c.PerGPUHour), Default: c.Default, FailurePercent: c.FailurePercent,
+		FixedCost: c.FixedCost, OpID: c.ID, Seq: t.seq}
 	t.res.Changed = append(t.res.Changed, Key{Kind: KeyPricing})
 	t.emit(ConfigEvent{Type: EventPricingSet, OpID: c.ID, Message: t.s.Pricing.String()})
 }
