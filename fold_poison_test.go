@@ -93,3 +93,33 @@ func TestARecordTheStoreRefusesIsAnsweredNotRetried(t *testing.T) {
 		t.Errorf("the scheduler led %d terms; one refused write should cost one", n)
 	}
 }
+
+// TestAForeignValueAtALedgerKeyIsRepaired puts a server answer at the
+// checkpoint and an account key, as a reply-subject injection did in issue
+// 10, while no scheduler runs: the next leader reports each, restores the
+// value gpuq wrote from the key's history, and folds on.
+func TestAForeignValueAtALedgerKeyIsRepaired(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	s1 := c.startScheduler("s1", schedOpts{})
+	c.createAccount("a", 100)
+	c.registerHost("h1", 1)
+	w := c.worker("h1")
+	c.runNext(w, "a", "first", 10)
+	c.waitSettled("first")
+	if err := s1.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	info := []byte(`{"type":"io.nats.jetstream.api.v1.stream_info_response","config":{"name":"GPUQ_CMD"}}`)
+	for _, key := range []string{subjects.CheckpointKey, subjects.AccountKey("a")} {
+		if _, err := c.ledger.Put(c.ctx(), key, info); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.startScheduler("s2", schedOpts{})
+	c.runNext(w, "a", "second", 10)
+	st := c.audit()
+	if a := st.Accounts["a"]; a.Balance != 80 || a.Reserved != 0 {
+		t.Errorf("account a: balance %d, reserved %d; want 80, 0", a.Balance, a.Reserved)
+	}
+}

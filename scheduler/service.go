@@ -388,6 +388,10 @@ type sample struct {
 	at  time.Time
 }
 
+// maxRepairs bounds the foreign values one term repairs before it loads
+// the ledger; more wait for the next term.
+const maxRepairs = 16
+
 // followStallTimeout is how long a term waits for the command log to deliver
 // anything after it stored decisions on it, before it takes its follower for
 // stuck and ends.
@@ -399,6 +403,19 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 	began := s.cfg.NowFunc()
 	s.log.Log(ctx, st.level(slog.LevelDebug), "lease acquired; loading the ledger")
 	view, err := s.cfg.Store.Load(ctx)
+	r, repairs := s.cfg.Store.(Repairer)
+	for tries := 0; repairs && errors.Is(err, ErrForeignValue) && tries < maxRepairs; tries++ {
+		// A value another client put at a ledger key: put back the one
+		// gpuq wrote, if the key's history has it, and load again.
+		did, rerr := r.Repair(ctx, err)
+		if rerr != nil {
+			s.log.Log(ctx, st.level(slog.LevelError), "a ledger key holds a value gpuq did not write, and it cannot be repaired; no scheduler can load the ledger until it is",
+				slog.Any("err", rerr))
+			return fmt.Errorf("load the ledger view: %w", err)
+		}
+		s.log.ErrorContext(ctx, "a ledger key held a value gpuq did not write; repaired it from the key's history", slog.Any("found", err), slog.String("repair", did))
+		view, err = s.cfg.Store.Load(ctx)
+	}
 	if err != nil {
 		return fmt.Errorf("load the ledger view: %w", err)
 	}

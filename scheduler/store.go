@@ -50,6 +50,21 @@ func (e *TooLargeError) Error() string {
 
 func (e *TooLargeError) Unwrap() []error { return []error{ErrTooLarge, e.Err} }
 
+// ErrForeignValue reports a ledger key holding a value gpuq did not write
+// (one that does not decode as its record, or names another id than its
+// key's): a value another client put there.
+var ErrForeignValue = errors.New("scheduler: a ledger key holds a value gpuq did not write")
+
+// Repairer is a [Store] that can put back, from a key's history, the newest
+// value gpuq wrote at a key that now holds a foreign one. The scheduler
+// calls it, as leader, when Load fails with [ErrForeignValue].
+type Repairer interface {
+	// Repair restores the key err names, with a compare-and-swap on the
+	// foreign revision, and says what it did. It fails, saying exactly what
+	// is wrong, when the key's history holds no value gpuq wrote.
+	Repair(ctx context.Context, err error) (string, error)
+}
+
 // View is the ledger as stored, made consistent as of its checkpoint: every
 // record is the version that reflects exactly the commands up to Checkpoint,
 // even where a crash left later versions stored.

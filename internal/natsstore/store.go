@@ -142,9 +142,9 @@ initial:
 	}
 	view := &scheduler.View{State: ledger.New()}
 	if e, ok := latest[subjects.CheckpointKey]; ok {
-		var cp checkpoint
-		if err := json.Unmarshal(e.Value(), &cp); err != nil {
-			return nil, false, fmt.Errorf("decode %s: %w", subjects.CheckpointKey, err)
+		cp, err := decodeCheckpoint(e.Value())
+		if err != nil {
+			return nil, false, foreign(e, err)
 		}
 		view.Checkpoint = cp.Seq
 		for _, r := range cp.Refused {
@@ -176,9 +176,9 @@ initial:
 		} else if err != nil || kind == "sched" {
 			continue
 		}
-		seq, err := s.add(view.State, kind, e.Value())
+		seq, err := s.add(view.State, kind, id, e.Value())
 		if err != nil {
-			return nil, false, fmt.Errorf("load %s revision %d: %w", key, e.Revision(), err)
+			return nil, false, foreign(e, err)
 		}
 		s.seqs[key] = seq
 		view.Ahead = max(view.Ahead, seq)
@@ -194,13 +194,103 @@ initial:
 	return view, false, nil
 }
 
-// add decodes a stored record into st and returns its sequence.
-func (s *Store) add(st *ledger.State, kind string, data []byte) (uint64, error) {
+// decodeCheckpoint decodes the checkpoint record, refusing a value that is
+// not one (a JSON object without "v" decodes to the zero checkpoint, which
+// would replay the whole log).
+func decodeCheckpoint(data []byte) (checkpoint, error) {
+	var cp checkpoint
+	if err := json.Unmarshal(data, &cp); err != nil {
+		return cp, fmt.Errorf("decode the checkpoint: %w", err)
+	}
+	if cp.V < 1 {
+		return cp, fmt.Errorf("decode the checkpoint: no version (want \"v\":1)")
+	}
+	return cp, nil
+}
+
+// ForeignValueError is a ledger key whose value gpuq did not write.
+type ForeignValueError struct {
+	Key      string
+	Revision uint64
+	Err      error
+	Value    []byte // its first bytes, for the report
+}
+
+func (e *ForeignValueError) Error() string {
+	return fmt.Sprintf("%s revision %d holds a value gpuq did not write (%v), starting %q", e.Key, e.Revision, e.Err, e.Value)
+}
+
+func (e *ForeignValueError) Unwrap() []error { return []error{scheduler.ErrForeignValue, e.Err} }
+
+func foreign(e jetstream.KeyValueEntry, err error) *ForeignValueError {
+	v := e.Value()
+	if len(v) > 80 {
+		v = v[:80]
+	}
+	return &ForeignValueError{Key: e.Key(), Revision: e.Revision(), Err: err, Value: bytes.Clone(v)}
+}
+
+// valid reports whether data, stored at key, is a value gpuq writes there.
+func (s *Store) valid(key string, data []byte) error {
+	if key == subjects.CheckpointKey {
+		_, err := decodeCheckpoint(data)
+		return err
+	}
+	kind, id, err := subjects.ParseKey(key)
+	if key == subjects.PricingKey {
+		kind = "pricing"
+	} else if err != nil {
+		return err
+	}
+	_, err = s.add(ledger.New(), kind, id, data)
+	return err
+}
+
+// Repair puts back, at the key a *ForeignValueError names, the newest
+// revision of its history that gpuq wrote, with a compare-and-swap on the
+// foreign revision, so that a value another client put at a ledger key
+// does not keep every scheduler from loading the ledger. It fails, saying
+// what is wrong, when the history holds no such revision (the bucket keeps
+// too little history, or the key never held a gpuq value).
+func (s *Store) Repair(ctx context.Context, err error) (string, error) {
+	var fe *ForeignValueError
+	if !errors.As(err, &fe) {
+		return "", fmt.Errorf("repair: %w is not a foreign value", err)
+	}
+	hctx, cancel := context.WithTimeout(ctx, loadIdleTimeout)
+	defer cancel()
+	hist, herr := s.kv.History(hctx, fe.Key)
+	if herr != nil {
+		return "", fmt.Errorf("repair %s: history: %w", fe.Key, herr)
+	}
+	for i := len(hist) - 1; i >= 0; i-- {
+		e := hist[i]
+		if e.Revision() >= fe.Revision || e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		if s.valid(fe.Key, e.Value()) != nil {
+			continue
+		}
+		rev, uerr := s.kv.Update(ctx, fe.Key, e.Value(), fe.Revision)
+		if uerr != nil {
+			return "", fmt.Errorf("repair %s: restore revision %d over foreign revision %d: %w", fe.Key, e.Revision(), fe.Revision, mapConflict(uerr))
+		}
+		return fmt.Sprintf("%s: restored the value of revision %d (as revision %d) over foreign revision %d", fe.Key, e.Revision(), rev, fe.Revision), nil
+	}
+	return "", fmt.Errorf("%w; its history (%d versions) holds no value gpuq wrote before it, so it cannot be restored: put the record back from a backup, or delete the key if the record never existed", fe, len(hist))
+}
+
+// add decodes a stored record of key kind.id into st and returns its
+// sequence. A record that names another id than its key's is refused.
+func (s *Store) add(st *ledger.State, kind, id string, data []byte) (uint64, error) {
 	switch kind {
 	case "account":
 		a, err := ledger.UnmarshalAccount(data)
 		if err != nil {
 			return 0, err
+		}
+		if a.ID != id {
+			return 0, fmt.Errorf("the record is of account %q", a.ID)
 		}
 		st.Accounts[a.ID] = a
 		return a.Seq, nil
@@ -208,6 +298,9 @@ func (s *Store) add(st *ledger.State, kind string, data []byte) (uint64, error) 
 		j, err := ledger.UnmarshalJob(data)
 		if err != nil {
 			return 0, err
+		}
+		if j.ID != id {
+			return 0, fmt.Errorf("the record is of job %q", j.ID)
 		}
 		st.Jobs[j.ID] = j
 		return j.Seq, nil
@@ -249,12 +342,12 @@ func (s *Store) rewind(ctx context.Context, st *ledger.State, kind, id, key stri
 			break
 		}
 		probe := ledger.New()
-		seq, err := s.add(probe, kind, e.Value())
+		seq, err := s.add(probe, kind, id, e.Value())
 		if err != nil {
 			return fmt.Errorf("history of %s revision %d: %w", key, e.Revision(), err)
 		}
 		if seq <= cp {
-			_, err := s.add(st, kind, e.Value())
+			_, err := s.add(st, kind, id, e.Value())
 			return err
 		}
 	}
