@@ -49,7 +49,7 @@ func init() {
 		usage:   "audit [--stuck-after D]",
 		example: `  gpuq audit            # exit 0 when they agree and the fold keeps up, 5 with every difference printed
   gpuq audit --stuck-after 30s   # a command unapplied for longer means the scheduler is stuck`,
-		run:     runAudit,
+		run: runAudit,
 	})
 }
 
