@@ -213,6 +213,81 @@ func toValid(s string) string {
 // encodedSize is the length of v's JSON encoding; a value that cannot be
 // encoded counts as too large.
 func encodedSize(v any) int {
+	if n := roughSize(v); n >= 0 {
+		return n
+	}
+	return marshalledSize(v)
+}
+
+// fits reports whether v's JSON encoding is at most limit, encoding it
+// only when a quick upper bound does not already show it.
+func fits(v any, limit int) bool {
+	if n := roughSize(v); n >= 0 && n <= limit {
+		return true
+	}
+	return marshalledSize(v) <= limit
+}
+
+// Bounds of roughSize: a record's fields other than its strings and lists
+// (names, numbers, times, booleans) take at most fixedBytes, and each
+// element of a list fixedElem besides its strings.
+const (
+	fixedBytes = 4096
+	fixedElem  = 512
+)
+
+// roughSize returns an upper bound of the JSON encoding of a record or an
+// effect, with every string at its worst (six bytes a byte), or -1 for a
+// type it does not know. It allocates nothing.
+func roughSize(v any) int {
+	str := func(s string) int { return 6*len(s) + 3 }
+	strs := func(ss []string) int {
+		n := 0
+		for _, s := range ss {
+			n += str(s)
+		}
+		return n
+	}
+	env := func(m map[string]string) int {
+		n := 0
+		for k, v := range m {
+			n += str(k) + str(v)
+		}
+		return n
+	}
+	switch v := v.(type) {
+	case *Job:
+		n := fixedBytes + str(v.ID) + str(v.Account) + strs(v.Command) + env(v.Env) + str(v.Host) + strs(v.Devices) +
+			str(v.Model) + str(string(v.Reason)) + str(v.Message)
+		for _, a := range v.Attempts {
+			n += fixedElem + str(a.Host) + str(string(a.Reason)) + str(a.Message)
+		}
+		return n
+	case *Account:
+		n := fixedBytes + str(v.ID) + strs(v.HeldJobs)
+		for _, op := range v.RecentOps {
+			n += fixedElem + str(op.Account) + str(op.ID) + str(string(op.Op))
+		}
+		return n
+	case JobEvent:
+		return fixedBytes + str(v.Job) + str(v.Account) + str(v.Host) + strs(v.Devices) + str(string(v.Reason)) + str(v.Message)
+	case AccountEvent:
+		return fixedBytes + str(v.Account) + str(v.OpID) + str(string(v.Op)) + str(string(v.Reason)) + str(v.Message)
+	case ConfigEvent:
+		return fixedBytes + str(v.OpID) + str(string(v.Reason)) + str(v.Message)
+	case InvalidEvent:
+		return fixedBytes + str(v.Account) + str(v.Job) + str(string(v.Reason)) + str(v.Message)
+	case Entry:
+		return fixedBytes + str(v.Account) + str(v.Job) + str(v.OpID) + str(string(v.Reason))
+	case DispatchOrder:
+		return fixedBytes + str(v.Host) + str(v.Job) + str(v.Account) + strs(v.Command) + env(v.Env)
+	case CancelOrder:
+		return fixedBytes + str(v.Host) + str(v.Job) + str(v.Account)
+	}
+	return -1
+}
+
+func marshalledSize(v any) int {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return MaxRecordBytes + 1

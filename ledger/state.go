@@ -61,7 +61,8 @@ func (s *State) Apply(cmd Command, seq uint64, at time.Time) Result {
 	if s.reflected(cmd, seq) {
 		return Result{Skipped: true}
 	}
-	restore, before := s.save(cmd)
+	var snap snapshot
+	s.save(cmd, &snap)
 	t := &tx{s: s, seq: seq, at: at.UTC()}
 	switch c := cmd.(type) {
 	case Submit:
@@ -87,8 +88,8 @@ func (s *State) Apply(cmd Command, seq uint64, at time.Time) Result {
 	default:
 		panic(fmt.Sprintf("ledger: unknown command type %T", cmd))
 	}
-	if err := t.oversize(before); err != nil {
-		restore()
+	if err := t.oversize(&snap); err != nil {
+		snap.restore(s)
 		acct, job, _ := keysOf(s, cmd)
 		t = &tx{s: s, seq: seq, at: at.UTC()}
 		t.emit(InvalidEvent{Account: acct, Job: job, Reason: ReasonTooLarge,
@@ -163,14 +164,20 @@ type tx struct {
 func (t *tx) emit(e Effect) {
 	switch v := e.(type) {
 	case JobEvent:
-		v.Message = clip(v.Message)
-		e = v
+		if m := clip(v.Message); m != v.Message {
+			v.Message = m
+			e = v
+		}
 	case AccountEvent:
-		v.Message, v.OpID = clip(v.Message), idOrNone(v.OpID)
-		e = v
+		if m, id := clip(v.Message), idOrNone(v.OpID); m != v.Message || id != v.OpID {
+			v.Message, v.OpID = m, id
+			e = v
+		}
 	case ConfigEvent:
-		v.Message, v.OpID = clip(v.Message), idOrNone(v.OpID)
-		e = v
+		if m, id := clip(v.Message), idOrNone(v.OpID); m != v.Message || id != v.OpID {
+			v.Message, v.OpID = m, id
+			e = v
+		}
 	case InvalidEvent:
 		v.Message, v.Account, v.Job = clip(v.Message), idOrNone(v.Account), idOrNone(v.Job)
 		e = v
@@ -191,26 +198,32 @@ func idOrNone(id string) string {
 // (stored by a version with larger limits) may still change as long as it
 // grows by at most legacyGrowth and stays within legacyRecordBytes, so it
 // can still end.
-func (t *tx) oversize(before func(Key) int) error {
+func (t *tx) oversize(snap *snapshot) error {
 	for _, k := range t.res.Changed {
-		var n int
+		var rec any
 		var what string
 		switch k.Kind {
 		case KeyAccount:
-			n, what = encodedSize(t.s.Accounts[k.ID]), "account "+k.ID
+			rec, what = t.s.Accounts[k.ID], "account "+k.ID
 		case KeyJob:
-			n, what = encodedSize(t.s.Jobs[k.ID]), "job "+k.ID
+			rec, what = t.s.Jobs[k.ID], "job "+k.ID
 		case KeyPricing:
-			n, what = encodedSize(t.s.Pricing), "the price table"
+			rec, what = t.s.Pricing, "the price table"
 		}
-		if n > MaxRecordBytes {
-			if b := before(k); b < 0 || n > b+legacyGrowth || n > legacyRecordBytes {
+		if fits(rec, MaxRecordBytes) {
+			continue
+		}
+		if n := marshalledSize(rec); n > MaxRecordBytes {
+			if b := snap.before(k); b < 0 || n > b+legacyGrowth || n > legacyRecordBytes {
 				return tooLarge("the record of %s would take %d bytes, more than the %d a record may", what, n, MaxRecordBytes)
 			}
 		}
 	}
 	for i, e := range t.res.Effects {
-		if n := encodedSize(e); n > MaxRecordBytes {
+		if fits(e, MaxRecordBytes) {
+			continue
+		}
+		if n := marshalledSize(e); n > MaxRecordBytes {
 			return tooLarge("its effect %d (%T) would take %d bytes, more than the %d a message may", i, e, n, MaxRecordBytes)
 		}
 	}
@@ -256,54 +269,66 @@ const (
 	legacyRecordBytes = 1<<20 - 64<<10
 )
 
-// save returns a function that puts back the records cmd may change (see
-// keysOf) as they are now, and one that returns the encoded size of such a
-// record as it was (-1 if it did not exist). Copies of the records' structs are enough: the
-// fold replaces the slices, maps and pointers a record holds rather than
-// write into them, and appending past a slice's length leaves what the copy
-// sees as it was.
-func (s *State) save(cmd Command) (restore func(), before func(Key) int) {
-	acctID, jobID, pricing := keysOf(s, cmd)
-	a, hadA := s.Accounts[acctID]
-	j, hadJ := s.Jobs[jobID]
-	var aCopy Account
-	var jCopy Job
-	if hadA {
-		aCopy = *a
+// snapshot holds the records a command may change (see keysOf) as they
+// were before it, so the guard in Apply can put them back. Copies of the
+// records' structs are enough: the fold replaces the slices, maps and
+// pointers a record holds rather than write into them, and appending past
+// a slice's length leaves what the copy sees as it was.
+type snapshot struct {
+	acctID, jobID string
+	a             *Account
+	j             *Job
+	hadA, hadJ    bool
+	pricing       bool
+	p             *Pricing
+	aCopy         Account
+	jCopy         Job
+}
+
+func (s *State) save(cmd Command, snap *snapshot) {
+	snap.acctID, snap.jobID, snap.pricing = keysOf(s, cmd)
+	snap.a, snap.hadA = s.Accounts[snap.acctID]
+	snap.j, snap.hadJ = s.Jobs[snap.jobID]
+	if snap.hadA {
+		snap.aCopy = *snap.a
 	}
-	if hadJ {
-		jCopy = *j
+	if snap.hadJ {
+		snap.jCopy = *snap.j
 	}
-	p := s.Pricing
-	before = func(k Key) int {
-		switch {
-		case k.Kind == KeyAccount && hadA && k.ID == acctID:
-			return encodedSize(&aCopy)
-		case k.Kind == KeyJob && hadJ && k.ID == jobID:
-			return encodedSize(&jCopy)
-		case k.Kind == KeyPricing && p != nil:
-			return encodedSize(p)
-		}
-		return -1
+	snap.p = s.Pricing
+}
+
+// restore puts back the records as they were when saved.
+func (snap *snapshot) restore(s *State) {
+	if snap.hadA {
+		*snap.a = snap.aCopy
+		s.Accounts[snap.acctID] = snap.a
+	} else {
+		delete(s.Accounts, snap.acctID)
 	}
-	restore = func() {
-		if hadA {
-			*a = aCopy
-			s.Accounts[acctID] = a
-		} else {
-			delete(s.Accounts, acctID)
-		}
-		if hadJ {
-			*j = jCopy
-			s.Jobs[jobID] = j
-		} else {
-			delete(s.Jobs, jobID)
-		}
-		if pricing {
-			s.Pricing = p
-		}
+	if snap.hadJ {
+		*snap.j = snap.jCopy
+		s.Jobs[snap.jobID] = snap.j
+	} else {
+		delete(s.Jobs, snap.jobID)
 	}
-	return restore, before
+	if snap.pricing {
+		s.Pricing = snap.p
+	}
+}
+
+// before returns the encoded size of record k as it was when saved, or -1
+// if it did not exist.
+func (snap *snapshot) before(k Key) int {
+	switch {
+	case k.Kind == KeyAccount && snap.hadA && k.ID == snap.acctID:
+		return encodedSize(&snap.aCopy)
+	case k.Kind == KeyJob && snap.hadJ && k.ID == snap.jobID:
+		return encodedSize(&snap.jCopy)
+	case k.Kind == KeyPricing && snap.p != nil:
+		return encodedSize(snap.p)
+	}
+	return -1
 }
 
 // changedAccount marks a as changed by this command.
