@@ -11,11 +11,11 @@ func (t *tx) admin(c Admin) {
 		t.accountEvent(c, a, AccountEvent{Type: EventRejected, Reason: r, Message: fmt.Sprintf(format, args...)})
 	}
 	if err := c.Validate(); err != nil {
-		if c.Account == "" {
-			t.emit(InvalidEvent{Reason: ReasonInvalid, Message: "admin command rejected: " + err.Error()})
+		if checkID("account", c.Account) != nil {
+			t.emit(InvalidEvent{Reason: ReasonFor(err), Message: "admin command rejected: " + err.Error()})
 			return
 		}
-		reject(ReasonInvalid, "%s %s rejected: %v", c.Op, c.ID, err)
+		reject(ReasonFor(err), "%s %s rejected: %v", c.Op, c.ID, err)
 		return
 	}
 	if a != nil {

@@ -11,7 +11,7 @@ import (
 // declared lost); until then its reservation stays held.
 func (t *tx) cancel(c Cancel) {
 	if err := c.Validate(); err != nil {
-		t.emit(InvalidEvent{Account: c.Account, Job: c.Job, Reason: ReasonInvalid, Message: "cancel rejected: " + err.Error()})
+		t.emit(InvalidEvent{Account: c.Account, Job: c.Job, Reason: ReasonFor(err), Message: "cancel rejected: " + err.Error()})
 		return
 	}
 	j := t.s.Jobs[c.Job]
@@ -26,7 +26,9 @@ func (t *tx) cancel(c Cancel) {
 		t.finish(j, StateCancelled, ReasonCancelled, "cancelled while pending", 0)
 	case j.State == StateHeld:
 		a := t.s.Accounts[j.Account]
-		a.HeldJobs = slices.DeleteFunc(a.HeldJobs, func(id string) bool { return id == j.ID })
+		// A new slice: the fold never writes into one a record already
+		// holds (see State.Apply's guard, which restores records).
+		a.HeldJobs = slices.DeleteFunc(slices.Clone(a.HeldJobs), func(id string) bool { return id == j.ID })
 		t.changedAccount(a)
 		t.end(j, StateCancelled, ReasonCancelled, "cancelled while held")
 	case j.State.OnHost() && j.CancelRequested:

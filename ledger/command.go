@@ -3,6 +3,8 @@ package ledger
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 )
@@ -180,15 +182,15 @@ func (s Submit) WithDefaults() Submit {
 
 // Validate reports every way s is out of range, in one error. Token syntax
 // (what may appear in a subject) is the codec's to check; Validate checks
-// that ids are present.
+// that ids are present, short and need no escaping, and that every string
+// is valid UTF-8 without NUL bytes. A problem of size wraps [ErrTooLarge].
 func (s Submit) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if s.Account == "" {
-		bad("account is empty")
-	}
-	if s.ID == "" {
-		bad("id is empty")
+	for _, err := range []error{checkID("account", s.Account), checkID("id", s.ID)} {
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if s.Priority < MinPriority || s.Priority > MaxPriority {
 		bad("priority %d is out of range [%d, %d]", s.Priority, MinPriority, MaxPriority)
@@ -227,17 +229,15 @@ func checkCommand(cmd []string) error {
 		return errors.New("command[0], the program, is empty")
 	}
 	if len(cmd) > MaxCommandArgs {
-		return fmt.Errorf("command has %d arguments, more than %d", len(cmd), MaxCommandArgs)
+		return tooLarge("command has %d arguments, more than %d", len(cmd), MaxCommandArgs)
 	}
-	n := 0
 	for i, arg := range cmd {
-		n += len(arg)
-		if strings.IndexByte(arg, 0) >= 0 {
-			return fmt.Errorf("command[%d] contains a NUL byte", i)
+		if err := checkText(fmt.Sprintf("command[%d]", i), arg, MaxCommandBytes); err != nil {
+			return err
 		}
 	}
-	if n > MaxCommandBytes {
-		return fmt.Errorf("command is %d bytes, more than %d", n, MaxCommandBytes)
+	if n := encodedStringsLen(cmd); n > MaxCommandBytes {
+		return tooLarge("command takes %d bytes as JSON, more than %d (each of < > & and control characters takes 6)", n, MaxCommandBytes)
 	}
 	return nil
 }
@@ -247,23 +247,26 @@ var reservedEnv = []string{"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}
 
 func checkEnv(env map[string]string) error {
 	if len(env) > MaxEnvVars {
-		return fmt.Errorf("env has %d variables, more than %d", len(env), MaxEnvVars)
+		return tooLarge("env has %d variables, more than %d", len(env), MaxEnvVars)
 	}
-	n := 0
-	for k, v := range env {
-		n += len(k) + len(v)
+	// Sorted, so the same env always gets the same message.
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		v := env[k]
+		if len(k) > MaxEnvBytes {
+			return tooLarge("an env name is %d bytes, more than %d", len(k), MaxEnvBytes)
+		}
 		if !envName(k) {
-			return fmt.Errorf("env name %q is not a variable name (letters, digits and '_', not starting with a digit)", k)
+			return fmt.Errorf("env name %s is not a variable name (letters, digits and '_', not starting with a digit)", preview(k))
 		}
 		if strings.HasPrefix(k, "GPUQ_") || contains(reservedEnv, k) {
 			return fmt.Errorf("env %s is set by the worker and cannot be overridden", k)
 		}
-		if strings.IndexByte(v, 0) >= 0 {
-			return fmt.Errorf("env %s contains a NUL byte", k)
+		if err := checkText("env "+k, v, MaxEnvBytes); err != nil {
+			return err
 		}
 	}
-	if n > MaxEnvBytes {
-		return fmt.Errorf("env is %d bytes, more than %d", n, MaxEnvBytes)
+	if n := encodedMapLen(env); n > MaxEnvBytes {
+		return tooLarge("env takes %d bytes as JSON, more than %d (each of < > & and control characters takes 6)", n, MaxEnvBytes)
 	}
 	return nil
 }
@@ -292,26 +295,14 @@ func contains(list []string, s string) bool {
 
 // Validate reports whether c names an account and a job.
 func (c Cancel) Validate() error {
-	var errs []error
-	if c.Account == "" {
-		errs = append(errs, errors.New("account is empty"))
-	}
-	if c.Job == "" {
-		errs = append(errs, errors.New("id of the job to cancel is empty"))
-	}
-	return joinProblems(errs)
+	return joinProblems(nonNil(checkID("account", c.Account), checkID("id of the job to cancel", c.Job)))
 }
 
 // Validate reports every way a is malformed or out of range.
 func (a Admin) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if a.Account == "" {
-		bad("account is empty")
-	}
-	if a.ID == "" {
-		bad("op id is empty")
-	}
+	errs = append(errs, nonNil(checkID("account", a.Account), checkID("op id", a.ID))...)
 	switch a.Op {
 	case OpCreate:
 		if !inRange(a.Balance) {
@@ -346,22 +337,16 @@ func (a Admin) Validate() error {
 	case "":
 		bad("op is empty; want one of create, grant, limits, refill, weight")
 	default:
-		bad("unknown op %q; want one of create, grant, limits, refill, weight", a.Op)
+		bad("unknown op %s; want one of create, grant, limits, refill, weight", preview(string(a.Op)))
 	}
 	return joinProblems(errs)
 }
 
 // Validate reports whether d names a job, an attempt ≥ 1 and a host.
 func (d Dispatch) Validate() error {
-	var errs []error
-	if d.Job == "" {
-		errs = append(errs, errors.New("job is empty"))
-	}
+	errs := nonNil(checkID("job", d.Job), checkID("host", d.Host))
 	if d.Attempt < 1 {
 		errs = append(errs, fmt.Errorf("attempt %d is not ≥ 1", d.Attempt))
-	}
-	if d.Host == "" {
-		errs = append(errs, errors.New("host is empty"))
 	}
 	return joinProblems(errs)
 }
@@ -371,12 +356,7 @@ func (d Dispatch) Validate() error {
 func (r Report) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if r.Host == "" {
-		bad("host is empty")
-	}
-	if r.Job == "" {
-		bad("job is empty")
-	}
+	errs = append(errs, nonNil(checkID("host", r.Host), checkID("job", r.Job))...)
 	if r.Attempt < 1 {
 		bad("attempt %d is not ≥ 1", r.Attempt)
 	}
@@ -385,26 +365,22 @@ func (r Report) Validate() error {
 		if err := checkDevices(r.Devices); err != nil {
 			errs = append(errs, err)
 		}
-		if len(r.Model) > MaxModelBytes {
-			bad("model is %d bytes, more than %d", len(r.Model), MaxModelBytes)
-		}
+		errs = append(errs, nonNil(checkText("model", r.Model, MaxModelBytes))...)
 	case ReportDone:
 		if r.Runtime < 0 {
 			bad("runtime %v is negative", r.Runtime)
 		}
-		if len(r.Infra) > MaxReasonBytes {
-			bad("infra is %d bytes, more than %d", len(r.Infra), MaxReasonBytes)
-		}
+		errs = append(errs, nonNil(checkText("infra", r.Infra, MaxReasonBytes))...)
 	case ReportRejected:
 		if r.Reason == "" {
 			bad("a rejected report needs a reason")
-		} else if len(r.Reason) > MaxReasonBytes {
-			bad("reason is %d bytes, more than %d", len(r.Reason), MaxReasonBytes)
+		} else {
+			errs = append(errs, nonNil(checkText("reason", r.Reason, MaxReasonBytes))...)
 		}
 	case "":
 		bad("report type is empty; want started, done or rejected")
 	default:
-		bad("unknown report type %q; want started, done or rejected", r.Type)
+		bad("unknown report type %s; want started, done or rejected", preview(string(r.Type)))
 	}
 	return joinProblems(errs)
 }
@@ -414,16 +390,19 @@ func checkDevices(devs []string) error {
 		return errors.New("a started report needs the devices it runs on")
 	}
 	if len(devs) > MaxJobGPUs {
-		return fmt.Errorf("%d devices, more than %d", len(devs), MaxJobGPUs)
+		return tooLarge("%d devices, more than %d", len(devs), MaxJobGPUs)
 	}
 	seen := make(map[string]bool, len(devs))
 	for i, d := range devs {
-		if d == "" || len(d) > MaxDeviceBytes {
-			return fmt.Errorf("devices[%d] is %d bytes; want 1 to %d", i, len(d), MaxDeviceBytes)
+		if d == "" {
+			return fmt.Errorf("devices[%d] is empty", i)
+		}
+		if len(d) > MaxDeviceBytes {
+			return tooLarge("devices[%d] is %d bytes, more than %d", i, len(d), MaxDeviceBytes)
 		}
 		for j := 0; j < len(d); j++ {
-			if c := d[j]; c <= ' ' || c > '~' || c == ',' {
-				return fmt.Errorf("devices[%d] %q has %q; want printable ASCII without spaces or commas", i, d, c)
+			if c := d[j]; c <= ' ' || c > '~' || strings.IndexByte(`,"\<>&`, c) >= 0 {
+				return fmt.Errorf("devices[%d] %q has %q; want printable ASCII without spaces, commas, quotes, backslashes, < > or &", i, d, c)
 			}
 		}
 		if seen[d] {
@@ -436,31 +415,25 @@ func checkDevices(devs []string) error {
 
 // Validate reports whether u names a job and says why it cannot be placed.
 func (u Unplaceable) Validate() error {
-	var errs []error
-	if u.Job == "" {
-		errs = append(errs, errors.New("job is empty"))
-	}
+	errs := nonNil(checkID("job", u.Job))
 	if u.Message == "" {
 		errs = append(errs, errors.New("an unplaceable decision needs a message"))
-	} else if len(u.Message) > MaxReasonBytes {
-		errs = append(errs, fmt.Errorf("message is %d bytes, more than %d", len(u.Message), MaxReasonBytes))
+	} else {
+		errs = append(errs, nonNil(checkText("message", u.Message, MaxReasonBytes))...)
 	}
 	return joinProblems(errs)
 }
 
 // Validate reports whether l names a job, an attempt ≥ 1 and a reason.
 func (l Lost) Validate() error {
-	var errs []error
-	if l.Job == "" {
-		errs = append(errs, errors.New("job is empty"))
-	}
+	errs := nonNil(checkID("job", l.Job))
 	if l.Attempt < 1 {
 		errs = append(errs, fmt.Errorf("attempt %d is not ≥ 1", l.Attempt))
 	}
 	if l.Reason == "" {
 		errs = append(errs, errors.New("a lost decision needs a reason"))
-	} else if len(l.Reason) > MaxReasonBytes {
-		errs = append(errs, fmt.Errorf("reason is %d bytes, more than %d", len(l.Reason), MaxReasonBytes))
+	} else {
+		errs = append(errs, nonNil(checkText("reason", l.Reason, MaxReasonBytes))...)
 	}
 	return joinProblems(errs)
 }

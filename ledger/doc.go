@@ -10,11 +10,22 @@
 // effects and supply the time, so a replay of the same log computes the same
 // ledger to the credit. The package imports only the standard library.
 //
+// # Sizes
+//
+// Every record and effect Apply produces fits [MaxRecordBytes] as JSON, by
+// construction: each free-form field of a command is bounded by the size of
+// its JSON encoding, escapes included ([EncodedLen]), strings must be valid
+// UTF-8, messages are cut to [MaxMessageBytes], and Apply refuses, with
+// [ReasonTooLarge], any command whose outcome would still pass the limit.
+// A refused submission keeps no command or env.
+//
 // # Money
 //
 // Credits are integers ([Credits]) bounded by [MaxCredits]; every sum is
 // checked. A submission's cost is the one it gives, or for a metered job
-// gpus × walltime at the highest price of the table ([Pricing]). A
+// gpus × walltime at the highest price of the table ([Pricing]). A table
+// may refuse fixed costs, or those below gpus × walltime at its lowest price
+// ([FixedCostPolicy]), so a submitter cannot name its own price. A
 // submission reserves its cost at once if the account can pay for it;
 // otherwise it is rejected, unless it asked to be held ([Submit.Hold]). A
 // held job reserves nothing while it waits: an account's held jobs are
@@ -46,7 +57,7 @@
 //
 // Every account and job, and the price table, records the sequence of the
 // last command that changed it. A command at sequence s whose keys (the
-// accounts and jobs it names, and the price table if it reads it: a metered
+// accounts and jobs it names, and the price table if it reads it: a
 // submission, a report or a new table) include one with a recorded sequence
 // of s or more is already reflected in the state, and Apply skips it. A
 // command whose keys are all older was applied against exactly these values

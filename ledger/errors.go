@@ -29,3 +29,14 @@ func joinProblems(errs []error) error {
 	}
 	return problems(errs)
 }
+
+// nonNil returns the errors of errs that are not nil.
+func nonNil(errs ...error) []error {
+	var out []error
+	for _, err := range errs {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
+}

@@ -3,17 +3,22 @@ package ledger
 import "time"
 
 // Limits on what one command may ask for. A command beyond a limit is
-// rejected with [ReasonInvalid] and a message naming the limit.
+// rejected with a message naming the limit, and with [ReasonTooLarge] when
+// the limit is a size, [ReasonInvalid] otherwise. Sizes of free-form text
+// are of its JSON encoding where they say so (see [EncodedLen]), and of its
+// bytes otherwise.
 const (
 	// MaxJobGPUs is the most GPUs one job may ask for.
 	MaxJobGPUs = 256
 	// MinPriority and MaxPriority bound a job's priority; higher runs first.
 	MinPriority = -1000
 	MaxPriority = 1000
-	// MaxCommandArgs and MaxCommandBytes bound a job's command line.
+	// MaxCommandArgs bounds a job's arguments, and MaxCommandBytes the JSON
+	// encoding of its command line as an array, escapes included.
 	MaxCommandArgs  = 4096
 	MaxCommandBytes = 128 << 10
-	// MaxEnvVars and MaxEnvBytes bound a job's extra environment.
+	// MaxEnvVars bounds a job's extra environment variables, and
+	// MaxEnvBytes the JSON encoding of them as an object, escapes included.
 	MaxEnvVars  = 256
 	MaxEnvBytes = 64 << 10
 	// MaxWalltime is the longest walltime a job may ask for.
@@ -31,9 +36,12 @@ const (
 	// MaxRecentOps is how many admin op ids an account remembers for
 	// idempotency beyond the stream's duplicate window.
 	MaxRecentOps = 64
-	// MaxReasonBytes bounds a reason a worker or the scheduler gives.
+	// MaxReasonBytes bounds the bytes of a reason a worker or the
+	// scheduler gives; the messages the fold builds from it are cut to
+	// [MaxMessageBytes].
 	MaxReasonBytes = 1024
-	// MaxDeviceBytes bounds one device id (a GPU or MIG UUID).
+	// MaxDeviceBytes bounds one device id (a GPU or MIG UUID), printable
+	// ASCII that JSON stores as is.
 	MaxDeviceBytes = 128
 	// MaxModelBytes bounds a GPU model name, as a worker reports it and as
 	// the price table names it.

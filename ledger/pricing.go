@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math/bits"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -33,10 +34,80 @@ type Pricing struct {
 	// FailurePercent is the share of the runtime charge a failed or
 	// cancelled metered attempt pays, 0 to 100.
 	FailurePercent int `json:"failure_percent"`
+	// FixedCost says what a submission that names its own cost may ask
+	// for while the table is set: anything (the default), no less than the
+	// table's floor, or nothing (metered jobs only).
+	FixedCost FixedCostPolicy `json:"fixed_cost,omitempty"`
 	// OpID is the id of the command that set the table.
 	OpID string `json:"op_id"`
 	// Seq is the log sequence of the command that set the table.
 	Seq uint64 `json:"seq"`
+}
+
+// FixedCostPolicy is what a [Pricing] table lets a submission that names
+// its own cost (a fixed-cost job) ask for.
+type FixedCostPolicy string
+
+// Fixed-cost policies.
+const (
+	// FixedCostAny accepts any cost the submitter names.
+	FixedCostAny FixedCostPolicy = ""
+	// FixedCostFloor accepts a cost no lower than the job's floor:
+	// gpus × walltime at the lowest price of the table ([Pricing.MinPrice]),
+	// rounded up as a metered charge is.
+	FixedCostFloor FixedCostPolicy = "floor"
+	// FixedCostRefused refuses every fixed cost: jobs are metered.
+	FixedCostRefused FixedCostPolicy = "metered_only"
+)
+
+// Valid reports whether p is one of the policies.
+func (p FixedCostPolicy) Valid() bool {
+	return p == FixedCostAny || p == FixedCostFloor || p == FixedCostRefused
+}
+
+// MinPrice is the lowest price of the table: what the floor of a fixed cost
+// is computed at.
+func (p *Pricing) MinPrice() Credits {
+	if p == nil {
+		return 0
+	}
+	m := p.Default
+	for _, v := range p.PerGPUHour {
+		m = min(m, v)
+	}
+	return m
+}
+
+// Floor returns the least fixed cost the table accepts for a job of gpus
+// GPUs and walltime: ⌈gpus × ⌈walltime⌉seconds × MinPrice / 3600⌉ under
+// [FixedCostFloor], 0 otherwise, and false if it passes [MaxCredits].
+func (p *Pricing) Floor(gpus int, walltime time.Duration) (Credits, bool) {
+	if p == nil || p.FixedCost != FixedCostFloor {
+		return 0, true
+	}
+	return gpuSecondsCost(gpus, ceilSeconds(walltime), p.MinPrice())
+}
+
+// fixedCostProblem returns why the table refuses s, a fixed-cost submission
+// with its defaults filled in, or "" if it accepts it.
+func (p *Pricing) fixedCostProblem(s Submit) (Reason, string) {
+	if p == nil || s.Metered {
+		return "", ""
+	}
+	switch p.FixedCost {
+	case FixedCostRefused:
+		return ReasonMeteredOnly, fmt.Sprintf("job %s names its own cost (%d), but the price table takes metered jobs only: leave the cost out", s.ID, s.Cost)
+	case FixedCostFloor:
+		floor, ok := p.Floor(s.GPUs, s.Walltime)
+		if !ok {
+			return ReasonOverflow, fmt.Sprintf("the floor of %d GPUs for %v passes the limit of %d credits", s.GPUs, s.Walltime, MaxCredits)
+		}
+		if s.Cost < floor {
+			return ReasonBelowPriceFloor, fmt.Sprintf("job %s names cost %d, below its floor of %d (%d GPUs × %v at the lowest price, %d per GPU-hour): raise the cost or leave it out to be metered",
+				s.ID, s.Cost, floor, s.GPUs, s.Walltime, p.MinPrice())
+		}
+	}
+	return "", ""
 }
 
 // MaxPrice is the highest price of the table: what a metered job reserves
@@ -81,13 +152,20 @@ func (p *Pricing) String() string {
 		parts = append(parts, fmt.Sprintf("%s %d", m, p.PerGPUHour[m]))
 	}
 	parts = append(parts, fmt.Sprintf("others %d", p.Default))
-	return strings.Join(parts, ", ") + fmt.Sprintf(" credits per GPU-hour; failed attempts pay %d%%", p.FailurePercent)
+	s := strings.Join(parts, ", ") + fmt.Sprintf(" credits per GPU-hour; failed attempts pay %d%%", p.FailurePercent)
+	switch p.FixedCost {
+	case FixedCostFloor:
+		s += fmt.Sprintf("; a fixed cost must be at least gpus × walltime × %d per GPU-hour", p.MinPrice())
+	case FixedCostRefused:
+		s += "; metered jobs only"
+	}
+	return s
 }
 
 // check reports every way p is out of range: the checks of the [SetPricing]
 // command that would set it.
 func (p *Pricing) check() error {
-	return SetPricing{ID: p.OpID, PerGPUHour: p.PerGPUHour, Default: p.Default, FailurePercent: p.FailurePercent}.Validate()
+	return SetPricing{ID: p.OpID, PerGPUHour: p.PerGPUHour, Default: p.Default, FailurePercent: p.FailurePercent, FixedCost: p.FixedCost}.Validate()
 }
 
 // gpuSecondsCost returns ⌈gpus × seconds × price / 3600⌉, or false if it
@@ -123,30 +201,37 @@ type SetPricing struct {
 	PerGPUHour     map[string]Credits
 	Default        Credits
 	FailurePercent int
+	// FixedCost is what a submission naming its own cost may ask for while
+	// the table is set; see [Pricing.FixedCost].
+	FixedCost FixedCostPolicy
 }
 
 // Validate reports every way p is out of range.
 func (p SetPricing) Validate() error {
 	var errs []error
-	if p.ID == "" {
-		errs = append(errs, errors.New("op id is empty"))
-	}
+	errs = append(errs, nonNil(checkID("op id", p.ID))...)
 	if !inRange(p.Default) {
 		errs = append(errs, fmt.Errorf("default price %d is out of range [0, %d]", p.Default, MaxCredits))
 	}
 	if len(p.PerGPUHour) > MaxPricedModels {
-		errs = append(errs, fmt.Errorf("%d models, more than %d", len(p.PerGPUHour), MaxPricedModels))
+		errs = append(errs, tooLarge("%d models, more than %d", len(p.PerGPUHour), MaxPricedModels))
 	}
-	for m, v := range p.PerGPUHour {
-		if m == "" || len(m) > MaxModelBytes {
-			errs = append(errs, fmt.Errorf("model name %q must be 1 to %d bytes", m, MaxModelBytes))
+	for _, m := range slices.Sorted(maps.Keys(p.PerGPUHour)) { // sorted: the same message every time
+		v := p.PerGPUHour[m]
+		if m == "" {
+			errs = append(errs, errors.New("a model name is empty"))
+		} else if err := checkText("model name "+preview(m), m, MaxModelBytes); err != nil {
+			errs = append(errs, err)
 		}
 		if !inRange(v) {
-			errs = append(errs, fmt.Errorf("price %d of %s is out of range [0, %d]", v, m, MaxCredits))
+			errs = append(errs, fmt.Errorf("price %d of %s is out of range [0, %d]", v, preview(m), MaxCredits))
 		}
 	}
 	if p.FailurePercent < 0 || p.FailurePercent > 100 {
 		errs = append(errs, fmt.Errorf("failure_percent %d is out of range [0, 100]", p.FailurePercent))
+	}
+	if !p.FixedCost.Valid() {
+		errs = append(errs, fmt.Errorf("fixed_cost %s is not a policy; want %q (any cost), %q or %q", preview(string(p.FixedCost)), "any", FixedCostFloor, FixedCostRefused))
 	}
 	return joinProblems(errs)
 }

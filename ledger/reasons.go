@@ -18,6 +18,9 @@ const (
 	ReasonUnplaceable         Reason = "unplaceable"          // no host could ever fit the job (scheduler)
 	ReasonNoPrice             Reason = "no_price"             // a metered job with no price table, or only zero prices
 	ReasonTooManyHeld         Reason = "too_many_held"        // the account already has MaxHeldJobs held
+	ReasonTooLarge            Reason = "too_large"            // a field, or a record the command would produce, passes its size limit
+	ReasonMeteredOnly         Reason = "metered_only"         // a fixed cost where the price table takes metered jobs only
+	ReasonBelowPriceFloor     Reason = "below_price_floor"    // a fixed cost below the price table's floor for the job
 )
 
 // Reasons a well-formed command changed nothing. The command is consumed; the

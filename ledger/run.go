@@ -12,7 +12,7 @@ import (
 // scheduler's policy, not the ledger's.)
 func (t *tx) dispatch(c Dispatch) {
 	if err := c.Validate(); err != nil {
-		t.emit(InvalidEvent{Job: c.Job, Reason: ReasonInvalid, Message: "dispatch decision rejected: " + err.Error()})
+		t.emit(InvalidEvent{Job: c.Job, Reason: ReasonFor(err), Message: "dispatch decision rejected: " + err.Error()})
 		return
 	}
 	j := t.s.Jobs[c.Job]
@@ -34,6 +34,10 @@ func (t *tx) dispatch(c Dispatch) {
 		ignore(ReasonMaxRunningJobs, "account %s already runs %d of at most %d jobs", a.ID, a.RunningJobs, a.Limits.MaxRunningJobs)
 	case a.Limits.MaxRunningGPUs > 0 && a.RunningGPUs+j.GPUs > a.Limits.MaxRunningGPUs:
 		ignore(ReasonMaxRunningGPUs, "account %s runs %d GPUs; %d more would pass its cap of %d", a.ID, a.RunningGPUs, j.GPUs, a.Limits.MaxRunningGPUs)
+	case encodedStringsLen(j.Command)+encodedMapLen(j.Env)+orderOverhead > MaxRecordBytes:
+		// Only a job stored by a version with larger limits can get here:
+		// its order could not be sent, so it can never run.
+		t.finish(j, StateFailed, ReasonTooLarge, fmt.Sprintf("its dispatch order would take more than the %d bytes a message may: its command and env are too large to send to a worker", MaxRecordBytes), 0)
 	default:
 		j.State, j.Attempt, j.Host, j.Devices, j.DispatchedAt = StateDispatched, c.Attempt, c.Host, nil, t.at
 		j.Reason, j.Message = "", ""
@@ -47,6 +51,10 @@ func (t *tx) dispatch(c Dispatch) {
 	}
 }
 
+// orderOverhead bounds what a dispatch order holds besides the command and
+// the env: ids, numbers and field names.
+const orderOverhead = 1024
+
 // report applies a worker's report. It counts only from the attempt and host
 // the job was last dispatched to, and only in a state where it makes sense;
 // anything else is a no-op with the reason recorded in an event, except that
@@ -56,7 +64,7 @@ func (t *tx) dispatch(c Dispatch) {
 // [MaxBusyRefusals] times; after that it is an ordinary worker rejection.
 func (t *tx) report(r Report) {
 	if err := r.Validate(); err != nil {
-		t.emit(InvalidEvent{Job: r.Job, Reason: ReasonInvalid, Message: fmt.Sprintf("report from %s rejected: %v", r.Host, err)})
+		t.emit(InvalidEvent{Job: r.Job, Reason: ReasonFor(err), Message: fmt.Sprintf("report from %s rejected: %v", r.Host, err)})
 		return
 	}
 	j := t.s.Jobs[r.Job]
@@ -155,7 +163,7 @@ func (t *tx) exited(j *Job, code int, runtime time.Duration) {
 // lost applies the scheduler's decision that an attempt vanished.
 func (t *tx) lost(l Lost) {
 	if err := l.Validate(); err != nil {
-		t.emit(InvalidEvent{Job: l.Job, Reason: ReasonInvalid, Message: "lost decision rejected: " + err.Error()})
+		t.emit(InvalidEvent{Job: l.Job, Reason: ReasonFor(err), Message: "lost decision rejected: " + err.Error()})
 		return
 	}
 	j := t.s.Jobs[l.Job]
@@ -180,7 +188,7 @@ func (t *tx) lost(l Lost) {
 // unplaceable fails a pending job no host can fit, releasing its reservation.
 func (t *tx) unplaceable(u Unplaceable) {
 	if err := u.Validate(); err != nil {
-		t.emit(InvalidEvent{Job: u.Job, Reason: ReasonInvalid, Message: "unplaceable decision rejected: " + err.Error()})
+		t.emit(InvalidEvent{Job: u.Job, Reason: ReasonFor(err), Message: "unplaceable decision rejected: " + err.Error()})
 		return
 	}
 	j := t.s.Jobs[u.Job]
@@ -226,7 +234,7 @@ func (t *tx) requeue(j *Job, reason Reason, msg, note string) {
 	t.changedAccount(a)
 	j.State, j.Host, j.Devices, j.Model = StatePending, "", nil, ""
 	j.StartedAt = time.Time{}
-	j.Reason, j.Message = reason, msg
+	j.Reason, j.Message = reason, clip(msg)
 	t.changedJob(j)
 	t.jobEvent(j.Account, j, JobEvent{Type: EventRequeued, Reason: reason, Message: note})
 }
@@ -235,7 +243,7 @@ func (t *tx) requeue(j *Job, reason Reason, msg, note string) {
 // charged.
 func (t *tx) endAttempt(j *Job, outcome JobState, reason Reason, msg string, charged Credits) {
 	j.Attempts = append(j.Attempts, Attempt{N: j.Attempt, Host: j.Host, GPUs: j.GPUs, Outcome: outcome, Reason: reason,
-		Message: msg, StartedAt: j.StartedAt, EndedAt: t.at, Charged: charged})
+		Message: clip(msg), StartedAt: j.StartedAt, EndedAt: t.at, Charged: charged})
 	t.changedJob(j)
 }
 
@@ -299,7 +307,7 @@ func (t *tx) finish(j *Job, to JobState, reason Reason, msg string, charged Cred
 // end moves j, which holds nothing (any reservation already settled), to the
 // final state to and announces it.
 func (t *tx) end(j *Job, to JobState, reason Reason, msg string) {
-	j.State, j.Reason, j.Message, j.EndedAt = to, reason, msg, t.at
+	j.State, j.Reason, j.Message, j.EndedAt = to, reason, clip(msg), t.at
 	t.changedJob(j)
 	t.jobEvent(j.Account, j, JobEvent{Type: finalEvent[to]})
 }

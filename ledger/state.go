@@ -48,12 +48,21 @@ func (s *State) Clone() *State {
 // command already reflected in the state (see the package doc on replays)
 // is skipped: the result has Skipped set and no effects.
 //
+// No command can make a record or an effect the store would refuse: one
+// whose changed records or effects would take more than [MaxRecordBytes]
+// as JSON is not applied (the records it touched are restored as they were)
+// and is answered with an [InvalidEvent] with [ReasonTooLarge]. Validation
+// keeps every valid command far below that; the guard holds even for
+// records stored by an older version with larger limits.
+//
 // Apply panics if a transition breaks an invariant of what it touched. The
 // caller must not persist anything from a panicking Apply.
 func (s *State) Apply(cmd Command, seq uint64, at time.Time) Result {
 	if s.reflected(cmd, seq) {
 		return Result{Skipped: true}
 	}
+	var snap snapshot
+	s.save(cmd, &snap)
 	t := &tx{s: s, seq: seq, at: at.UTC()}
 	switch c := cmd.(type) {
 	case Submit:
@@ -78,6 +87,13 @@ func (s *State) Apply(cmd Command, seq uint64, at time.Time) Result {
 		t.emit(InvalidEvent{Account: c.Account, Job: c.Job, Reason: c.Reason, Message: c.Message})
 	default:
 		panic(fmt.Sprintf("ledger: unknown command type %T", cmd))
+	}
+	if err := t.oversize(&snap); err != nil {
+		snap.restore(s)
+		acct, job, _ := keysOf(s, cmd)
+		t = &tx{s: s, seq: seq, at: at.UTC()}
+		t.emit(InvalidEvent{Account: acct, Job: job, Reason: ReasonTooLarge,
+			Message: fmt.Sprintf("%s refused and not applied: %v", cmd.Kind(), err)})
 	}
 	// Money may have come free on the accounts this command touched: admit
 	// their held jobs it now pays for, in submit order.
@@ -107,10 +123,10 @@ func (s *State) reflected(cmd Command, seq uint64) bool {
 		a, ok := s.Accounts[acct]
 		return ok && a.Seq >= seq
 	}
-	priced := s.Pricing != nil && s.Pricing.Seq >= seq // metered submits and settlements read the table
+	priced := s.Pricing != nil && s.Pricing.Seq >= seq // submits (its fixed-cost policy, metered prices) and settlements read the table
 	switch c := cmd.(type) {
 	case Submit:
-		return seen(c.Account, c.ID) || c.Metered && priced
+		return seen(c.Account, c.ID) || priced
 	case Cancel:
 		return seen("", c.Job)
 	case Admin:
@@ -143,7 +159,177 @@ type tx struct {
 	jobs     []*Job
 }
 
-func (t *tx) emit(e Effect) { t.res.Effects = append(t.res.Effects, e) }
+// emit adds e to the effects, its message cut to MaxMessageBytes and any id
+// it names that is not a valid one left out.
+func (t *tx) emit(e Effect) {
+	switch v := e.(type) {
+	case JobEvent:
+		if m := clip(v.Message); m != v.Message {
+			v.Message = m
+			e = v
+		}
+	case AccountEvent:
+		if m, id := clip(v.Message), idOrNone(v.OpID); m != v.Message || id != v.OpID {
+			v.Message, v.OpID = m, id
+			e = v
+		}
+	case ConfigEvent:
+		if m, id := clip(v.Message), idOrNone(v.OpID); m != v.Message || id != v.OpID {
+			v.Message, v.OpID = m, id
+			e = v
+		}
+	case InvalidEvent:
+		v.Message, v.Account, v.Job = clip(v.Message), idOrNone(v.Account), idOrNone(v.Job)
+		e = v
+	}
+	t.res.Effects = append(t.res.Effects, e)
+}
+
+// idOrNone returns id if it is a valid id, else "".
+func idOrNone(id string) string {
+	if checkID("", id) != nil {
+		return ""
+	}
+	return id
+}
+
+// oversize reports the first record or effect of the command that would
+// take more than MaxRecordBytes as JSON. A record larger than that already
+// (stored by a version with larger limits) may still change as long as it
+// grows by at most legacyGrowth and stays within legacyRecordBytes, so it
+// can still end.
+func (t *tx) oversize(snap *snapshot) error {
+	for _, k := range t.res.Changed {
+		var rec any
+		var what string
+		switch k.Kind {
+		case KeyAccount:
+			rec, what = t.s.Accounts[k.ID], "account "+k.ID
+		case KeyJob:
+			rec, what = t.s.Jobs[k.ID], "job "+k.ID
+		case KeyPricing:
+			rec, what = t.s.Pricing, "the price table"
+		}
+		if fits(rec, MaxRecordBytes) {
+			continue
+		}
+		if n := marshalledSize(rec); n > MaxRecordBytes {
+			if b := snap.before(k); b < 0 || n > b+legacyGrowth || n > legacyRecordBytes {
+				return tooLarge("the record of %s would take %d bytes, more than the %d a record may", what, n, MaxRecordBytes)
+			}
+		}
+	}
+	for i, e := range t.res.Effects {
+		if fits(e, MaxRecordBytes) {
+			continue
+		}
+		if n := marshalledSize(e); n > MaxRecordBytes {
+			return tooLarge("its effect %d (%T) would take %d bytes, more than the %d a message may", i, e, n, MaxRecordBytes)
+		}
+	}
+	return nil
+}
+
+// keysOf returns the account and the job cmd names or, for a command about
+// an existing job, the job's account, and whether it may change the price
+// table: every record the command can change, but the held jobs admitted
+// after it (which the guard in Apply does not cover).
+func keysOf(s *State, cmd Command) (acct, job string, pricing bool) {
+	switch c := cmd.(type) {
+	case Submit:
+		return c.Account, c.ID, false
+	case Cancel:
+		job = c.Job
+	case Admin:
+		return c.Account, "", false
+	case Dispatch:
+		job = c.Job
+	case Report:
+		job = c.Job
+	case Lost:
+		job = c.Job
+	case Unplaceable:
+		job = c.Job
+	case Admit:
+		return c.Account, "", false
+	case SetPricing:
+		return "", "", true
+	case Invalid:
+		return c.Account, c.Job, false
+	}
+	if j := s.Jobs[job]; j != nil {
+		acct = j.Account
+	}
+	return acct, job, false
+}
+
+// Room for records stored by a version with larger limits (see oversize).
+const (
+	legacyGrowth      = 4 * MaxMessageBytes
+	legacyRecordBytes = 1<<20 - 64<<10
+)
+
+// snapshot holds the records a command may change (see keysOf) as they
+// were before it, so the guard in Apply can put them back. Copies of the
+// records' structs are enough: the fold replaces the slices, maps and
+// pointers a record holds rather than write into them, and appending past
+// a slice's length leaves what the copy sees as it was.
+type snapshot struct {
+	acctID, jobID string
+	a             *Account
+	j             *Job
+	hadA, hadJ    bool
+	pricing       bool
+	p             *Pricing
+	aCopy         Account
+	jCopy         Job
+}
+
+func (s *State) save(cmd Command, snap *snapshot) {
+	snap.acctID, snap.jobID, snap.pricing = keysOf(s, cmd)
+	snap.a, snap.hadA = s.Accounts[snap.acctID]
+	snap.j, snap.hadJ = s.Jobs[snap.jobID]
+	if snap.hadA {
+		snap.aCopy = *snap.a
+	}
+	if snap.hadJ {
+		snap.jCopy = *snap.j
+	}
+	snap.p = s.Pricing
+}
+
+// restore puts back the records as they were when saved.
+func (snap *snapshot) restore(s *State) {
+	if snap.hadA {
+		*snap.a = snap.aCopy
+		s.Accounts[snap.acctID] = snap.a
+	} else {
+		delete(s.Accounts, snap.acctID)
+	}
+	if snap.hadJ {
+		*snap.j = snap.jCopy
+		s.Jobs[snap.jobID] = snap.j
+	} else {
+		delete(s.Jobs, snap.jobID)
+	}
+	if snap.pricing {
+		s.Pricing = snap.p
+	}
+}
+
+// before returns the encoded size of record k as it was when saved, or -1
+// if it did not exist.
+func (snap *snapshot) before(k Key) int {
+	switch {
+	case k.Kind == KeyAccount && snap.hadA && k.ID == snap.acctID:
+		return encodedSize(&snap.aCopy)
+	case k.Kind == KeyJob && snap.hadJ && k.ID == snap.jobID:
+		return encodedSize(&snap.jCopy)
+	case k.Kind == KeyPricing && snap.p != nil:
+		return encodedSize(snap.p)
+	}
+	return -1
+}
 
 // changedAccount marks a as changed by this command.
 func (t *tx) changedAccount(a *Account) {

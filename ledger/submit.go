@@ -18,13 +18,13 @@ import (
 func (t *tx) submit(c Submit) {
 	c = c.WithDefaults()
 	if err := c.Validate(); err != nil {
-		if c.Account == "" || c.ID == "" {
-			t.emit(InvalidEvent{Account: c.Account, Job: c.ID, Reason: ReasonInvalid, Message: "submission rejected: " + err.Error()})
+		if checkID("account", c.Account) != nil || checkID("id", c.ID) != nil {
+			t.emit(InvalidEvent{Account: c.Account, Job: c.ID, Reason: ReasonFor(err), Message: "submission rejected: " + err.Error()})
 			return
 		}
 		// The event carries the state of the job holding the id, if any, so
 		// a watcher of that job sees it is unaffected; else "rejected".
-		t.jobEvent(c.Account, t.s.Jobs[c.ID], JobEvent{Type: EventRejected, Job: c.ID, State: StateRejected, Reason: ReasonInvalid,
+		t.jobEvent(c.Account, t.s.Jobs[c.ID], JobEvent{Type: EventRejected, Job: c.ID, State: StateRejected, Reason: ReasonFor(err),
 			Message: fmt.Sprintf("submission of %s rejected: %v", c.ID, err)})
 		return
 	}
@@ -42,6 +42,10 @@ func (t *tx) submit(c Submit) {
 	if a == nil {
 		t.rejectSubmission(c, ReasonUnknownAccount,
 			fmt.Sprintf("account %s does not exist; an admin must create it first", c.Account))
+		return
+	}
+	if reason, msg := t.s.Pricing.fixedCostProblem(c); reason != "" {
+		t.rejectSubmission(c, reason, msg)
 		return
 	}
 	if c.Metered {
@@ -120,14 +124,15 @@ func (t *tx) admitHeld(a *Account) {
 // setPricing replaces the price table.
 func (t *tx) setPricing(c SetPricing) {
 	if err := c.Validate(); err != nil {
-		t.emit(ConfigEvent{Type: EventRejected, OpID: c.ID, Reason: ReasonInvalid, Message: "price table rejected: " + err.Error()})
+		t.emit(ConfigEvent{Type: EventRejected, OpID: c.ID, Reason: ReasonFor(err), Message: "price table rejected: " + err.Error()})
 		return
 	}
 	if p := t.s.Pricing; p != nil && p.OpID == c.ID {
 		t.emit(ConfigEvent{Type: EventIgnored, OpID: c.ID, Reason: ReasonDuplicate, Message: fmt.Sprintf("op %s was already applied", c.ID)})
 		return
 	}
-	t.s.Pricing = &Pricing{PerGPUHour: maps.Clone(c.PerGPUHour), Default: c.Default, FailurePercent: c.FailurePercent, OpID: c.ID, Seq: t.seq}
+	t.s.Pricing = &Pricing{PerGPUHour: maps.Clone(c.PerGPUHour), Default: c.Default, FailurePercent: c.FailurePercent,
+		FixedCost: c.FixedCost, OpID: c.ID, Seq: t.seq}
 	t.res.Changed = append(t.res.Changed, Key{Kind: KeyPricing})
 	t.emit(ConfigEvent{Type: EventPricingSet, OpID: c.ID, Message: t.s.Pricing.String()})
 }
@@ -136,7 +141,7 @@ func (t *tx) setPricing(c SetPricing) {
 // every command that touched an account, then admits what it can pay for.
 func (t *tx) admit(c Admit) {
 	if err := c.Validate(); err != nil {
-		t.emit(InvalidEvent{Reason: ReasonInvalid, Message: "admit decision rejected: " + err.Error()})
+		t.emit(InvalidEvent{Reason: ReasonFor(err), Message: "admit decision rejected: " + err.Error()})
 		return
 	}
 	a := t.s.Accounts[c.Account]
@@ -148,8 +153,13 @@ func (t *tx) admit(c Admit) {
 }
 
 // rejectSubmission records a refused submission as a rejected job, replacing
-// an earlier rejected record of the same id, and says why.
+// an earlier rejected record of the same id, and says why. The record keeps
+// only what the answer states (the id, the account, the terms that set the
+// price, the reason): not the command or the env, which a refused job never
+// needs and which would keep every refused submission's bulk in memory and
+// in the store.
 func (t *tx) rejectSubmission(c Submit, reason Reason, msg string) {
+	c.Command, c.Env = nil, nil
 	j := newJob(c, 0, t)
 	t.s.Jobs[j.ID] = j
 	t.end(j, StateRejected, reason, msg)

@@ -55,6 +55,12 @@ type Config struct {
 	// doubles after each term in a row that fails before leading for a
 	// lease TTL, up to 15s. Defaults to 1s.
 	StepDownWait time.Duration
+	// MaxMessageBytes is the largest effect message (body) the scheduler
+	// sends; a command whose effect is larger is refused (see
+	// [Store.Refuse]) rather than retried forever. Set it to what the
+	// server accepts when its max_payload is below the default. Defaults to
+	// wire.MaxMessageBytes less 4 KiB for the subject and headers.
+	MaxMessageBytes int
 	// Hooks are for tests.
 	Hooks Hooks
 }
@@ -115,6 +121,9 @@ func (c *Config) validate() error {
 	if c.StepDownWait <= 0 {
 		c.StepDownWait = time.Second
 	}
+	if c.MaxMessageBytes <= 0 {
+		c.MaxMessageBytes = wire.MaxMessageBytes - 4<<10
+	}
 	if ttl := c.Lease.TTL(); ttl < time.Second {
 		return fmt.Errorf("scheduler: lease TTL %v must be at least 1s", ttl)
 	}
@@ -165,6 +174,7 @@ func (s *Service) Run(ctx context.Context) error {
 		if errors.Is(err, ErrStopped) {
 			return err
 		}
+		s.refuse(ctx, err)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		if rerr := s.cfg.Lease.Release(rctx); rerr != nil {
 			s.log.Log(ctx, st.level(slog.LevelWarn), "release the leader lease", slog.Any("err", rerr))
@@ -205,6 +215,28 @@ func (s *Service) Run(ctx context.Context) error {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// refuse records the refusal of the command whose outcome err says cannot
+// be stored, if it says so: the next term answers that command with a
+// rejection instead of applying it, so no single command can stop the fold.
+// A refusal that cannot be recorded (the lease lost meanwhile) is left to
+// the next term, which meets the same command again.
+func (s *Service) refuse(ctx context.Context, err error) {
+	var tl *TooLargeError
+	if !errors.As(err, &tl) || ctx.Err() != nil {
+		return
+	}
+	why := tl.Error()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if rerr := s.cfg.Store.Refuse(rctx, tl.Seq, why); rerr != nil {
+		s.log.WarnContext(ctx, "cannot record the refusal of a command whose outcome the store refuses; the next term meets it again",
+			slog.Uint64("seq", tl.Seq), slog.String("why", why), slog.Any("err", rerr))
+		return
+	}
+	s.log.ErrorContext(ctx, "refusing a command: the store will not take its outcome; it is answered with a rejection and the fold moves on",
+		slog.Uint64("seq", tl.Seq), slog.String("why", why))
 }
 
 // gapTerms is how many terms in a row must find the command log's gap at the
@@ -324,6 +356,9 @@ type term struct {
 	expectBy time.Time
 	// publishing and trimming are failing while their last try failed.
 	publishing, trimming spell
+	// refused are the commands to answer with a rejection instead of
+	// applying, by sequence, with why (View.Refused).
+	refused map[uint64]string
 }
 
 // spell remembers whether something that is retried later is failing, so
@@ -360,6 +395,10 @@ type sample struct {
 	at  time.Time
 }
 
+// maxRepairs bounds the foreign values one term repairs before it loads
+// the ledger; more wait for the next term.
+const maxRepairs = 16
+
 // followStallTimeout is how long a term waits for the command log to deliver
 // anything after it stored decisions on it, before it takes its follower for
 // stuck and ends.
@@ -371,11 +410,24 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 	began := s.cfg.NowFunc()
 	s.log.Log(ctx, st.level(slog.LevelDebug), "lease acquired; loading the ledger")
 	view, err := s.cfg.Store.Load(ctx)
+	r, repairs := s.cfg.Store.(Repairer)
+	for tries := 0; repairs && errors.Is(err, ErrForeignValue) && tries < maxRepairs; tries++ {
+		// A value another client put at a ledger key: put back the one
+		// gpuq wrote, if the key's history has it, and load again.
+		did, rerr := r.Repair(ctx, err)
+		if rerr != nil {
+			s.log.Log(ctx, st.level(slog.LevelError), "a ledger key holds a value gpuq did not write, and it cannot be repaired; no scheduler can load the ledger until it is",
+				slog.Any("err", rerr))
+			return fmt.Errorf("load the ledger view: %w", err)
+		}
+		s.log.ErrorContext(ctx, "a ledger key held a value gpuq did not write; repaired it from the key's history", slog.Any("found", err), slog.String("repair", did))
+		view, err = s.cfg.Store.Load(ctx)
+	}
 	if err != nil {
 		return fmt.Errorf("load the ledger view: %w", err)
 	}
 	t := &term{s: s, state: view.State, core: NewCore(s.cfg.Core), applied: view.Checkpoint,
-		ahead: view.Ahead, marked: map[ledger.Key]bool{}, nonce: rand.Text()}
+		ahead: view.Ahead, marked: map[ledger.Key]bool{}, refused: view.Refused, nonce: rand.Text()}
 	t.core.Load(t.state)
 
 	tctx, cancel := context.WithCancel(ctx)
@@ -483,6 +535,14 @@ func (t *term) fold(e Entry) error {
 		cmd = de.Command()
 		t.s.log.Debug("invalid command", slog.Uint64("seq", e.Seq), slog.String("subject", e.Subject), slog.Any("err", err))
 	}
+	if why, ok := t.refused[e.Seq]; ok {
+		acct, job := address(cmd)
+		if j := t.state.Jobs[job]; acct == "" && j != nil {
+			acct = j.Account
+		}
+		cmd = ledger.Invalid{Account: acct, Job: job, Reason: ledger.ReasonTooLarge,
+			Message: fmt.Sprintf("%s refused and not applied: %s", cmd.Kind(), why)}
+	}
 	res := t.state.Apply(cmd, e.Seq, e.Time)
 	t.core.Observe(t.state, cmd, res)
 	for _, k := range res.Changed {
@@ -496,11 +556,41 @@ func (t *term) fold(e Entry) error {
 		if err != nil {
 			return fmt.Errorf("encode effect %d of entry %d: %w", i, e.Seq, err)
 		}
+		if len(msg.Data) > t.s.cfg.MaxMessageBytes {
+			return &TooLargeError{What: msg.Subject, Seq: e.Seq,
+				Err: fmt.Errorf("its effect %d takes %d bytes, more than the %d the scheduler sends", i, len(msg.Data), t.s.cfg.MaxMessageBytes)}
+		}
 		t.msgs = append(t.msgs, msg)
 	}
 	t.applied = e.Seq
 	t.caught = e.Pending == 0
 	return nil
+}
+
+// address returns the account and job a command is about, where it names
+// them, for the rejection that replaces a refused command.
+func address(cmd ledger.Command) (account, job string) {
+	switch c := cmd.(type) {
+	case ledger.Submit:
+		return c.Account, c.ID
+	case ledger.Cancel:
+		return c.Account, c.Job
+	case ledger.Admin:
+		return c.Account, ""
+	case ledger.Admit:
+		return c.Account, ""
+	case ledger.Report:
+		return "", c.Job
+	case ledger.Dispatch:
+		return "", c.Job
+	case ledger.Lost:
+		return "", c.Job
+	case ledger.Unplaceable:
+		return "", c.Job
+	case ledger.Invalid:
+		return c.Account, c.Job
+	}
+	return "", ""
 }
 
 // flush persists the changed records, sends the effects, then moves the

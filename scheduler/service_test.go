@@ -97,6 +97,7 @@ func (s *fakeStore) Load(context.Context) (*scheduler.View, error) {
 
 func (s *fakeStore) Write(context.Context, []scheduler.Record) error { return nil }
 func (s *fakeStore) Checkpoint(context.Context, uint64) error        { return nil }
+func (s *fakeStore) Refuse(context.Context, uint64, string) error    { return nil }
 
 // fakeLog gives each follower the entries entries(term, after) returns.
 type fakeLog struct {

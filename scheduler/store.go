@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/gpuq/gpuq/ledger"
@@ -29,6 +30,41 @@ var ErrLogGap = errors.New("scheduler: command log has a gap")
 // [Service.Run] returns it rather than retry forever.
 var ErrMisconfigured = errors.New("scheduler: misconfigured")
 
+// ErrTooLarge reports a record or a message that the server will never
+// store because of its size (past the server's max_payload, or the
+// stream's or bucket's maximum message size). No retry can mend it: the
+// command that produced it is refused instead (see [Store.Refuse]).
+var ErrTooLarge = errors.New("scheduler: too large for the store")
+
+// TooLargeError is a record or an effect that the store refused for its
+// size, with the log sequence of the command that last changed it.
+type TooLargeError struct {
+	What string // the key or subject
+	Seq  uint64
+	Err  error
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("%s from command %d is too large to store: %v", e.What, e.Seq, e.Err)
+}
+
+func (e *TooLargeError) Unwrap() []error { return []error{ErrTooLarge, e.Err} }
+
+// ErrForeignValue reports a ledger key holding a value gpuq did not write
+// (one that does not decode as its record, or names another id than its
+// key's): a value another client put there.
+var ErrForeignValue = errors.New("scheduler: a ledger key holds a value gpuq did not write")
+
+// Repairer is a [Store] that can put back, from a key's history, the newest
+// value gpuq wrote at a key that now holds a foreign one. The scheduler
+// calls it, as leader, when Load fails with [ErrForeignValue].
+type Repairer interface {
+	// Repair restores the key err names, with a compare-and-swap on the
+	// foreign revision, and says what it did. It fails, saying exactly what
+	// is wrong, when the key's history holds no value gpuq wrote.
+	Repair(ctx context.Context, err error) (string, error)
+}
+
 // View is the ledger as stored, made consistent as of its checkpoint: every
 // record is the version that reflects exactly the commands up to Checkpoint,
 // even where a crash left later versions stored.
@@ -40,6 +76,11 @@ type View struct {
 	// before Ahead, so every record is caught up again before the
 	// checkpoint moves.
 	Ahead uint64
+	// Refused are the commands above Checkpoint that a term found it
+	// could not store the outcome of (see [Store.Refuse]), by sequence,
+	// with why: the fold answers each with a rejection instead of
+	// applying it.
+	Refused map[uint64]string
 }
 
 // Record is one ledger key to store, with the sequence of the last command
@@ -60,8 +101,14 @@ type Store interface {
 	// its sequence or a later one. It returns an error wrapping
 	// [ErrConflict] if any key's revision moved.
 	Write(ctx context.Context, recs []Record) error
-	// Checkpoint stores seq as the last command whose effects were sent.
+	// Checkpoint stores seq as the last command whose effects were sent,
+	// with the refusals above it.
 	Checkpoint(ctx context.Context, seq uint64) error
+	// Refuse records, with the checkpoint and a compare-and-swap, that the
+	// command at seq is to be refused for why rather than applied: its
+	// outcome cannot be stored. Every later Load reports it in
+	// View.Refused until the checkpoint passes it.
+	Refuse(ctx context.Context, seq uint64, why string) error
 }
 
 // Lease is the leader lease. Exactly one scheduler holds it at a time.

@@ -85,9 +85,10 @@ func DecodeCommand(n subjects.Names, subject string, data []byte) (ledger.Comman
 	return nil, &DecodeError{Reason: ledger.ReasonInvalid, Err: fmt.Errorf("subject %q: unhandled command kind %q", subject, cmd.Kind)}
 }
 
-// decodeError wraps a body problem of a command from account (or host).
+// decodeError wraps a body problem of a command from account (or host):
+// reason too_large if it is one of size, invalid otherwise.
 func decodeError(account, job, what string, err error) *DecodeError {
-	return &DecodeError{Account: account, Job: job, Reason: ledger.ReasonInvalid, Err: fmt.Errorf("%s rejected: %w", what, err)}
+	return &DecodeError{Account: account, Job: job, Reason: ledger.ReasonFor(err), Err: fmt.Errorf("%s rejected: %w", what, err)}
 }
 
 // checkAccount records a mismatch between the subject's account and an
@@ -417,6 +418,9 @@ type pricingBody struct {
 	PerGPUHour     map[string]ledger.Credits `json:"per_gpu_hour,omitempty"`
 	Default        ledger.Credits            `json:"default"`
 	FailurePercent int                       `json:"failure_percent"`
+	// FixedCost is the fixed-cost policy: absent (as in bodies written
+	// before it existed) or "any" accepts any cost.
+	FixedCost ledger.FixedCostPolicy `json:"fixed_cost,omitempty"`
 }
 
 // DecodePricing decodes the body of gpuq.cmd.config.pricing.
@@ -426,7 +430,10 @@ func DecodePricing(data []byte) (ledger.SetPricing, error) {
 		return ledger.SetPricing{}, decodeError("", "", "price table", err)
 	}
 	p := ledger.SetPricing{ID: f.token("id", "op id", true), Default: ledger.Credits(f.int64("default", false)),
-		FailurePercent: f.int("failure_percent", true)}
+		FailurePercent: f.int("failure_percent", true), FixedCost: ledger.FixedCostPolicy(f.str("fixed_cost", false))}
+	if p.FixedCost == "any" {
+		p.FixedCost = ledger.FixedCostAny
+	}
 	if r, ok := f.raw("per_gpu_hour"); ok {
 		var m map[string]json.RawMessage
 		if err := json.Unmarshal(r, &m); err != nil {
@@ -435,7 +442,7 @@ func DecodePricing(data []byte) (ledger.SetPricing, error) {
 		for _, model := range slices.Sorted(maps.Keys(m)) { // sorted: the same message every time
 			v, err := parseInt(m[model])
 			if err != nil {
-				f.bad("per_gpu_hour %q: %v", model, err)
+				f.bad("per_gpu_hour %s: %v", previewString(model), err)
 				continue
 			}
 			if p.PerGPUHour == nil {
@@ -456,7 +463,7 @@ func EncodePricing(n subjects.Names, p ledger.SetPricing) (Message, error) {
 		return Message{}, err
 	}
 	return encode(n.Config(subjects.ConfigPricing), PricingMsgID(p.ID), pricingBody{V: Version, ID: p.ID,
-		PerGPUHour: p.PerGPUHour, Default: p.Default, FailurePercent: p.FailurePercent})
+		PerGPUHour: p.PerGPUHour, Default: p.Default, FailurePercent: p.FailurePercent, FixedCost: p.FixedCost})
 }
 
 func encode(subject, msgID string, body any) (Message, error) {

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
+	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/subjects"
 )
 
@@ -20,10 +23,14 @@ type fields struct {
 	errs []error
 }
 
-// object parses data as a v1 JSON object.
+// object parses data as a v1 JSON object. It is strict where
+// encoding/json is lenient: a body that is not valid UTF-8, that escapes
+// half a surrogate pair (both of which encoding/json turns into U+FFFD), or
+// that names a key twice in any object (where encoding/json keeps the last)
+// is refused.
 func object(data []byte) (*fields, error) {
 	if len(data) > MaxMessageBytes {
-		return nil, fmt.Errorf("message is %d bytes, more than %d", len(data), MaxMessageBytes)
+		return nil, fmt.Errorf("%w: message is %d bytes, more than %d", ledger.ErrTooLarge, len(data), MaxMessageBytes)
 	}
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 {
@@ -36,6 +43,9 @@ func object(data []byte) (*fields, error) {
 	if err := json.Unmarshal(trimmed, &m); err != nil {
 		return nil, fmt.Errorf("message is not valid JSON: %v", err)
 	}
+	if err := strict(trimmed); err != nil {
+		return nil, err
+	}
 	f := &fields{m: m}
 	raw, ok := f.raw("v")
 	if !ok {
@@ -47,10 +57,138 @@ func object(data []byte) (*fields, error) {
 	return f, nil
 }
 
+// strict reports the first way data, valid JSON, is one encoding/json would
+// read other than as written: bytes that are not UTF-8, a \u escape of half
+// a surrogate pair, or a key repeated in an object.
+func strict(data []byte) error {
+	if !utf8.Valid(data) {
+		at := 0
+		for at < len(data) {
+			r, size := utf8.DecodeRune(data[at:])
+			if r == utf8.RuneError && size == 1 {
+				break
+			}
+			at += size
+		}
+		return fmt.Errorf("message is not valid UTF-8 (at byte %d)", at)
+	}
+	if err := surrogates(data); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	// One set of keys per open object, nil for an array; expectKey is set
+	// when the next string token of the innermost object is a key.
+	var stack []map[string]bool
+	expectKey := false
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("message is not valid JSON: %v", err)
+		}
+		inObject := len(stack) > 0 && stack[len(stack)-1] != nil
+		switch v := tok.(type) {
+		case json.Delim:
+			switch v {
+			case '{':
+				stack = append(stack, map[string]bool{})
+				expectKey = true
+				continue
+			case '[':
+				stack = append(stack, nil)
+			case '}', ']':
+				stack = stack[:len(stack)-1]
+			}
+		case string:
+			if inObject && expectKey {
+				keys := stack[len(stack)-1]
+				if keys[v] {
+					return fmt.Errorf("key %s appears twice in an object; each key may appear once", previewString(v))
+				}
+				keys[v] = true
+				expectKey = false
+				continue
+			}
+		}
+		// A value ended: the next string of the innermost object is a key.
+		expectKey = len(stack) > 0 && stack[len(stack)-1] != nil
+	}
+}
+
+// surrogates reports a \u escape in data, valid JSON, of a high surrogate
+// not followed by an escaped low one, or of a low surrogate alone.
+func surrogates(data []byte) error {
+	inString := false
+	for i := 0; i < len(data); i++ {
+		c := data[i]
+		switch {
+		case !inString:
+			inString = c == '"'
+		case c == '"':
+			inString = false
+		case c == '\\':
+			i++
+			if data[i] != 'u' {
+				continue
+			}
+			r := hex4(data[i+1 : i+5])
+			i += 4
+			switch {
+			case r >= 0xdc00 && r <= 0xdfff:
+				return fmt.Errorf("message escapes a lone low surrogate \\u%04x; a string must be valid Unicode", r)
+			case r >= 0xd800 && r <= 0xdbff:
+				if i+6 >= len(data) || data[i+1] != '\\' || data[i+2] != 'u' {
+					return fmt.Errorf("message escapes a lone high surrogate \\u%04x; a string must be valid Unicode", r)
+				}
+				if lo := hex4(data[i+3 : i+7]); lo < 0xdc00 || lo > 0xdfff {
+					return fmt.Errorf("message escapes a high surrogate \\u%04x not followed by a low one; a string must be valid Unicode", r)
+				}
+				i += 6
+			}
+		}
+	}
+	return nil
+}
+
+// hex4 reads four hex digits, which valid JSON guarantees after \u.
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c-'a') + 10
+		case c >= 'A' && c <= 'F':
+			r |= rune(c-'A') + 10
+		}
+	}
+	return r
+}
+
+func previewString(s string) string {
+	const n = 24
+	if len(s) > n {
+		cut := n
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		return strconv.Quote(s[:cut]) + "…"
+	}
+	return strconv.Quote(s)
+}
+
 func preview(b []byte) string {
 	const n = 24
 	if len(b) > n {
-		return string(b[:n]) + "…"
+		cut := n
+		for cut > 0 && !utf8.RuneStart(b[cut]) {
+			cut--
+		}
+		return string(b[:cut]) + "…"
 	}
 	return string(b)
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -44,10 +46,11 @@ func init() {
 	})
 	register(&command{
 		name:    "audit",
-		summary: "recompute every balance from the journal and compare it with the ledger",
-		usage:   "audit",
-		example: `  gpuq audit            # exit 0 when they agree, 5 with every difference printed`,
-		run:     runAudit,
+		summary: "recompute every balance from the journal and compare it with the ledger; say if the scheduler is stuck",
+		usage:   "audit [--stuck-after D]",
+		example: `  gpuq audit            # exit 0 when they agree and the fold keeps up, 5 with every difference printed
+  gpuq audit --stuck-after 30s   # a command unapplied for longer means the scheduler is stuck`,
+		run: runAudit,
 	})
 }
 
@@ -329,11 +332,64 @@ type auditReport struct {
 	Entries     int      `json:"entries"`
 	OK          bool     `json:"ok"`
 	Differences []string `json:"differences"`
+	// LogLast is the command log's last sequence; Stuck is set when the
+	// oldest command past the checkpoint has waited longer than
+	// --stuck-after.
+	LogLast uint64      `json:"log_last"`
+	Stuck   *stuckFold  `json:"stuck,omitempty"`
+	Refused []refusedAt `json:"refused,omitempty"`
+}
+
+// stuckFold is a command the scheduler has not applied for too long.
+type stuckFold struct {
+	Seq     uint64        `json:"seq"`
+	Subject string        `json:"subject"`
+	Since   time.Time     `json:"since"`
+	Waited  time.Duration `json:"waited_ns"`
+	Message string        `json:"message"`
+}
+
+// refusedAt is a command a scheduler found it could not store the outcome
+// of, answered with a rejection when it is folded.
+type refusedAt struct {
+	Seq uint64 `json:"seq"`
+	Why string `json:"why"`
+}
+
+// stuck reports the oldest command past the view's checkpoint if it was
+// stored more than after ago (by the server's clock, which stamped it, as
+// against now).
+func stuck(ctx context.Context, s *session, view *scheduler.View, after time.Duration, now time.Time) (uint64, *stuckFold, error) {
+	stream, err := s.js.Stream(ctx, s.n.CmdStream())
+	if err != nil {
+		return 0, nil, err
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	last := info.State.LastSeq
+	if last <= view.Checkpoint {
+		return last, nil, nil
+	}
+	next := max(view.Checkpoint+1, info.State.FirstSeq)
+	m, err := stream.GetMsg(ctx, next)
+	if err != nil {
+		return last, nil, fmt.Errorf("read command %d, the first past checkpoint %d: %w", next, view.Checkpoint, err)
+	}
+	waited := now.Sub(m.Time)
+	if waited <= after {
+		return last, nil, nil
+	}
+	return last, &stuckFold{Seq: next, Subject: m.Subject, Since: m.Time, Waited: waited,
+		Message: fmt.Sprintf("the scheduler is stuck: command %d (%s), stored %s, has waited %v unapplied; the log's last command is %d and the checkpoint %d (is a scheduler running? see its log)",
+			next, m.Subject, m.Time.UTC().Format(time.RFC3339), waited.Round(time.Second), last, view.Checkpoint)}, nil
 }
 
 func runAudit(ctx context.Context, e *env, args []string) error {
 	c := find("audit")
 	fs := e.flags(c)
+	stuckAfter := fs.Duration("stuck-after", 2*time.Minute, "how long a command may wait unapplied before audit says the scheduler is stuck")
 	s, err := e.noArgs(c, fs, args)
 	if err != nil {
 		return err
@@ -347,12 +403,26 @@ func runAudit(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	rep.LogLast, rep.Stuck, err = stuck(ctx, s, view, *stuckAfter, time.Now())
+	if err != nil {
+		return err
+	}
+	for _, seq := range slices.Sorted(maps.Keys(view.Refused)) {
+		rep.Refused = append(rep.Refused, refusedAt{Seq: seq, Why: view.Refused[seq]})
+	}
+	if rep.Stuck != nil {
+		rep.OK = false
+		rep.Differences = append(rep.Differences, rep.Stuck.Message)
+	}
 	if e.output == "json" {
 		if err := printJSON(e.stdout, rep); err != nil {
 			return err
 		}
 	} else if rep.OK {
 		fmt.Fprintf(e.stdout, "audit ok: %d accounts agree with %d journal entries up to command %d\n", rep.Accounts, rep.Entries, rep.Checkpoint)
+		for _, r := range rep.Refused {
+			fmt.Fprintf(e.stdout, "  note: command %d is to be refused when folded: %s\n", r.Seq, r.Why)
+		}
 	} else {
 		fmt.Fprintf(e.stdout, "audit FAILED: %d differences up to command %d:\n", len(rep.Differences), rep.Checkpoint)
 		for _, d := range rep.Differences {

@@ -17,6 +17,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -38,6 +40,10 @@ type Store struct {
 	kv   jetstream.KeyValue
 	revs map[string]uint64
 	seqs map[string]uint64
+	// cp is the checkpoint as last loaded or written, and refused the
+	// refusals above it.
+	cp      uint64
+	refused map[uint64]string
 }
 
 // New returns a store over kv, the ledger bucket, published to through js.
@@ -48,6 +54,14 @@ func New(js jetstream.JetStream, kv jetstream.KeyValue) *Store {
 type checkpoint struct {
 	V   int    `json:"v"`
 	Seq uint64 `json:"seq"`
+	// Refused are commands above Seq the fold answers with a rejection
+	// instead of applying (scheduler.Store.Refuse).
+	Refused []refusal `json:"refused,omitempty"`
+}
+
+type refusal struct {
+	Seq uint64 `json:"seq"`
+	Why string `json:"why"`
 }
 
 // Load reads every record and returns the view as of the checkpoint. A
@@ -128,12 +142,21 @@ initial:
 	}
 	view := &scheduler.View{State: ledger.New()}
 	if e, ok := latest[subjects.CheckpointKey]; ok {
-		var cp checkpoint
-		if err := json.Unmarshal(e.Value(), &cp); err != nil {
-			return nil, false, fmt.Errorf("decode %s: %w", subjects.CheckpointKey, err)
+		cp, err := decodeCheckpoint(e.Value())
+		if err != nil {
+			return nil, false, foreign(e, err)
 		}
 		view.Checkpoint = cp.Seq
+		for _, r := range cp.Refused {
+			if r.Seq > cp.Seq {
+				if view.Refused == nil {
+					view.Refused = map[uint64]string{}
+				}
+				view.Refused[r.Seq] = r.Why
+			}
+		}
 	}
+	s.cp, s.refused = view.Checkpoint, maps.Clone(view.Refused)
 	view.State.Seq = view.Checkpoint
 	limit := 0 // the bucket's history setting, read when a rewind first needs it
 	history := func() (int, error) {
@@ -153,9 +176,9 @@ initial:
 		} else if err != nil || kind == "sched" {
 			continue
 		}
-		seq, err := s.add(view.State, kind, e.Value())
+		seq, err := s.add(view.State, kind, id, e.Value())
 		if err != nil {
-			return nil, false, fmt.Errorf("load %s revision %d: %w", key, e.Revision(), err)
+			return nil, false, foreign(e, err)
 		}
 		s.seqs[key] = seq
 		view.Ahead = max(view.Ahead, seq)
@@ -171,13 +194,103 @@ initial:
 	return view, false, nil
 }
 
-// add decodes a stored record into st and returns its sequence.
-func (s *Store) add(st *ledger.State, kind string, data []byte) (uint64, error) {
+// decodeCheckpoint decodes the checkpoint record, refusing a value that is
+// not one (a JSON object without "v" decodes to the zero checkpoint, which
+// would replay the whole log).
+func decodeCheckpoint(data []byte) (checkpoint, error) {
+	var cp checkpoint
+	if err := json.Unmarshal(data, &cp); err != nil {
+		return cp, fmt.Errorf("decode the checkpoint: %w", err)
+	}
+	if cp.V < 1 {
+		return cp, fmt.Errorf("decode the checkpoint: no version (want \"v\":1)")
+	}
+	return cp, nil
+}
+
+// ForeignValueError is a ledger key whose value gpuq did not write.
+type ForeignValueError struct {
+	Key      string
+	Revision uint64
+	Err      error
+	Value    []byte // its first bytes, for the report
+}
+
+func (e *ForeignValueError) Error() string {
+	return fmt.Sprintf("%s revision %d holds a value gpuq did not write (%v), starting %q", e.Key, e.Revision, e.Err, e.Value)
+}
+
+func (e *ForeignValueError) Unwrap() []error { return []error{scheduler.ErrForeignValue, e.Err} }
+
+func foreign(e jetstream.KeyValueEntry, err error) *ForeignValueError {
+	v := e.Value()
+	if len(v) > 80 {
+		v = v[:80]
+	}
+	return &ForeignValueError{Key: e.Key(), Revision: e.Revision(), Err: err, Value: bytes.Clone(v)}
+}
+
+// valid reports whether data, stored at key, is a value gpuq writes there.
+func (s *Store) valid(key string, data []byte) error {
+	if key == subjects.CheckpointKey {
+		_, err := decodeCheckpoint(data)
+		return err
+	}
+	kind, id, err := subjects.ParseKey(key)
+	if key == subjects.PricingKey {
+		kind = "pricing"
+	} else if err != nil {
+		return err
+	}
+	_, err = s.add(ledger.New(), kind, id, data)
+	return err
+}
+
+// Repair puts back, at the key a *ForeignValueError names, the newest
+// revision of its history that gpuq wrote, with a compare-and-swap on the
+// foreign revision, so that a value another client put at a ledger key
+// does not keep every scheduler from loading the ledger. It fails, saying
+// what is wrong, when the history holds no such revision (the bucket keeps
+// too little history, or the key never held a gpuq value).
+func (s *Store) Repair(ctx context.Context, err error) (string, error) {
+	var fe *ForeignValueError
+	if !errors.As(err, &fe) {
+		return "", fmt.Errorf("repair: %w is not a foreign value", err)
+	}
+	hctx, cancel := context.WithTimeout(ctx, loadIdleTimeout)
+	defer cancel()
+	hist, herr := s.kv.History(hctx, fe.Key)
+	if herr != nil {
+		return "", fmt.Errorf("repair %s: history: %w", fe.Key, herr)
+	}
+	for i := len(hist) - 1; i >= 0; i-- {
+		e := hist[i]
+		if e.Revision() >= fe.Revision || e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		if s.valid(fe.Key, e.Value()) != nil {
+			continue
+		}
+		rev, uerr := s.kv.Update(ctx, fe.Key, e.Value(), fe.Revision)
+		if uerr != nil {
+			return "", fmt.Errorf("repair %s: restore revision %d over foreign revision %d: %w", fe.Key, e.Revision(), fe.Revision, mapConflict(uerr))
+		}
+		return fmt.Sprintf("%s: restored the value of revision %d (as revision %d) over foreign revision %d", fe.Key, e.Revision(), rev, fe.Revision), nil
+	}
+	return "", fmt.Errorf("%w; its history (%d versions) holds no value gpuq wrote before it, so it cannot be restored: put the record back from a backup, or delete the key if the record never existed", fe, len(hist))
+}
+
+// add decodes a stored record of key kind.id into st and returns its
+// sequence. A record that names another id than its key's is refused.
+func (s *Store) add(st *ledger.State, kind, id string, data []byte) (uint64, error) {
 	switch kind {
 	case "account":
 		a, err := ledger.UnmarshalAccount(data)
 		if err != nil {
 			return 0, err
+		}
+		if a.ID != id {
+			return 0, fmt.Errorf("the record is of account %q", a.ID)
 		}
 		st.Accounts[a.ID] = a
 		return a.Seq, nil
@@ -185,6 +298,9 @@ func (s *Store) add(st *ledger.State, kind string, data []byte) (uint64, error) 
 		j, err := ledger.UnmarshalJob(data)
 		if err != nil {
 			return 0, err
+		}
+		if j.ID != id {
+			return 0, fmt.Errorf("the record is of job %q", j.ID)
 		}
 		st.Jobs[j.ID] = j
 		return j.Seq, nil
@@ -226,12 +342,12 @@ func (s *Store) rewind(ctx context.Context, st *ledger.State, kind, id, key stri
 			break
 		}
 		probe := ledger.New()
-		seq, err := s.add(probe, kind, e.Value())
+		seq, err := s.add(probe, kind, id, e.Value())
 		if err != nil {
 			return fmt.Errorf("history of %s revision %d: %w", key, e.Revision(), err)
 		}
 		if seq <= cp {
-			_, err := s.add(st, kind, e.Value())
+			_, err := s.add(st, kind, id, e.Value())
 			return err
 		}
 	}
@@ -266,7 +382,7 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 		m.Data = r.Value
 		f, err := s.js.PublishMsgAsync(m, jetstream.WithExpectLastSequencePerSubject(s.revs[r.Key]))
 		if err != nil {
-			return fmt.Errorf("write %s: %w", r.Key, err)
+			return fmt.Errorf("write %s: %w", r.Key, tooLarge(r, err))
 		}
 		waits = append(waits, pending{r, f})
 	}
@@ -279,7 +395,7 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 			s.revs[w.rec.Key] = ack.Sequence
 			s.seqs[w.rec.Key] = w.rec.Seq
 		case err := <-w.fut.Err():
-			errs = append(errs, fmt.Errorf("write %s at revision %d: %w", w.rec.Key, s.revs[w.rec.Key], mapConflict(err)))
+			errs = append(errs, fmt.Errorf("write %s at revision %d: %w", w.rec.Key, s.revs[w.rec.Key], tooLarge(w.rec, mapConflict(err))))
 		case <-timeout.C:
 			// The term ends; the next one reloads what was stored.
 			return fmt.Errorf("write %s: no acknowledgement within %v", w.rec.Key, writeTimeout)
@@ -290,9 +406,51 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 	return errors.Join(errs...)
 }
 
-// Checkpoint stores seq as the checkpoint, with a compare-and-swap.
+// tooLarge wraps err, the failure to write rec, in a
+// *scheduler.TooLargeError if the value is too large for the server (its
+// max_payload) or the bucket (its maximum value size): no retry can store it.
+func tooLarge(rec scheduler.Record, err error) error {
+	var api *jetstream.APIError
+	if errors.Is(err, nats.ErrMaxPayload) || errors.As(err, &api) && api.ErrorCode == errCodeMessageTooLarge {
+		return &scheduler.TooLargeError{What: rec.Key, Seq: rec.Seq, Err: fmt.Errorf("%d bytes: %w", len(rec.Value), err)}
+	}
+	return err
+}
+
+// errCodeMessageTooLarge is the server's "message size exceeds maximum
+// allowed" (JSStreamMessageExceedsMaximumErr).
+const errCodeMessageTooLarge = 10054
+
+// Checkpoint stores seq as the checkpoint, with a compare-and-swap, keeping
+// the refusals above it.
 func (s *Store) Checkpoint(ctx context.Context, seq uint64) error {
-	data, err := json.Marshal(checkpoint{V: 1, Seq: seq})
+	for r := range s.refused {
+		if r <= seq {
+			delete(s.refused, r)
+		}
+	}
+	return s.writeCheckpoint(ctx, seq)
+}
+
+// Refuse records the refusal of the command at seq, for why, in the
+// checkpoint record, with a compare-and-swap.
+func (s *Store) Refuse(ctx context.Context, seq uint64, why string) error {
+	if seq <= s.cp {
+		return fmt.Errorf("refuse command %d: it is at or below checkpoint %d, already applied", seq, s.cp)
+	}
+	if s.refused == nil {
+		s.refused = map[uint64]string{}
+	}
+	s.refused[seq] = why
+	return s.writeCheckpoint(ctx, s.cp)
+}
+
+func (s *Store) writeCheckpoint(ctx context.Context, seq uint64) error {
+	cp := checkpoint{V: 1, Seq: seq}
+	for _, r := range slices.Sorted(maps.Keys(s.refused)) {
+		cp.Refused = append(cp.Refused, refusal{Seq: r, Why: s.refused[r]})
+	}
+	data, err := json.Marshal(cp)
 	if err != nil {
 		return err
 	}
@@ -300,7 +458,7 @@ func (s *Store) Checkpoint(ctx context.Context, seq uint64) error {
 	if err != nil {
 		return fmt.Errorf("write %s %d: %w", subjects.CheckpointKey, seq, mapConflict(err))
 	}
-	s.revs[subjects.CheckpointKey] = rev
+	s.revs[subjects.CheckpointKey], s.cp = rev, seq
 	return nil
 }
 
