@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,7 +65,9 @@ type deployment struct {
 	ledger jetstream.KeyValue  // bound by the scheduler
 	hosts  jetstream.KeyValue  // bound by the scheduler
 	admin  *client.Client
-	jobs   int // fresh job ids handed out by submit
+	jobs   int               // fresh job ids handed out by submit
+	state  map[string]string // host → its worker's state directory
+	pooled bool              // the workers run each attempt under a uid of its own (as root)
 }
 
 // deployEnv names the environment variable that carries role's public key.
@@ -125,7 +128,7 @@ func newDeployment(t *testing.T) *deployment {
 	ns, seeds := startDeployServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
-	d := &deployment{t: t, ns: ns, n: subjects.Default, seeds: seeds, ctx: ctx,
+	d := &deployment{t: t, ns: ns, n: subjects.Default, seeds: seeds, ctx: ctx, state: map[string]string{},
 		log: slog.New(slog.NewTextHandler(tOutput{t, "deploy"}, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 
 	// The scheduler, as user scheduler of account GPUQ.
@@ -221,10 +224,21 @@ func (d *deployment) client(role string) *client.Client {
 	return c
 }
 
+// deployPools spreads apart the job uid pools of concurrent test
+// processes: a worker kills every process of its pool's uids at start.
+var deployPools = uint32(400000 + rand.IntN(100000)*16)
+
 // startWorker runs the worker of host, as its own user, on two simulated
-// H100s, until the test ends.
+// H100s, until the test ends. Where the test runs as root, the worker runs
+// each attempt under a uid of its own, as gpuq worker does as root.
 func (d *deployment) startWorker(host string) {
 	d.t.Helper()
+	var pool worker.IDRange
+	if os.Geteuid() == 0 {
+		deployPools += 16
+		pool, d.pooled = worker.IDRange{First: deployPools, Last: deployPools + 15}, true
+	}
+	d.state[host] = d.t.TempDir()
 	wjs := d.js(host)
 	wb, err := natsbus.NewWorkerBus(wjs, d.n, host, nil)
 	if err != nil {
@@ -234,7 +248,7 @@ func (d *deployment) startWorker(host string) {
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	w, err := worker.New(worker.Config{Host: host, GPU: gpu, Bus: wb, Logger: d.log, StateDir: d.t.TempDir(),
+	w, err := worker.New(worker.Config{Host: host, GPU: gpu, Bus: wb, Logger: d.log, StateDir: d.state[host], JobUIDs: pool,
 		HeartbeatInterval: 200 * time.Millisecond, HeartbeatTTL: time.Second})
 	if err != nil {
 		d.t.Fatal(err)

@@ -114,8 +114,15 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 	// loadIdleTimeout ends the load rather than hang it.
 	idle := time.NewTimer(loadIdleTimeout)
 	defer idle.Stop()
-initial:
-	for {
+	// The nil marker can come before the values of keys written while the
+	// watch starts: the server skips a key's value that a newer one
+	// replaced, and may count the newer one as not pending yet. So once it
+	// has come, the load reads on until it has seen the bucket's last
+	// message as of then; it then holds every key's last value up to that
+	// message, missing none.
+	var last, seen uint64
+	marked := false
+	for !marked || seen < last {
 		select {
 		case e, ok := <-w.Updates():
 			switch {
@@ -125,8 +132,13 @@ initial:
 				}
 				return nil, false, fmt.Errorf("watch %s: ended before its initial values", s.kv.Bucket())
 			case e == nil:
-				break initial // every current value has been delivered
+				marked = true
+				if last, err = s.lastSeq(ctx); err != nil {
+					return nil, false, err
+				}
+				continue
 			}
+			seen = max(seen, e.Revision())
 			s.revs[e.Key()] = e.Revision()
 			if e.Operation() == jetstream.KeyValuePut {
 				latest[e.Key()] = e
@@ -135,7 +147,7 @@ initial:
 			}
 			idle.Reset(loadIdleTimeout)
 		case <-idle.C:
-			return nil, false, fmt.Errorf("watch %s: no value for %v after %d", s.kv.Bucket(), loadIdleTimeout, len(s.revs))
+			return nil, false, fmt.Errorf("watch %s: no value for %v after %d (last seen %d of %d)", s.kv.Bucket(), loadIdleTimeout, len(s.revs), seen, last)
 		case <-ctx.Done():
 			return nil, false, ctx.Err()
 		}
@@ -192,6 +204,19 @@ initial:
 		return nil, view.Ahead > view.Checkpoint, fmt.Errorf("the stored ledger breaks its invariants: %w", err)
 	}
 	return view, false, nil
+}
+
+// lastSeq returns the sequence of the last message of the bucket's stream.
+func (s *Store) lastSeq(ctx context.Context) (uint64, error) {
+	st, err := s.kv.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("status of %s: %w", s.kv.Bucket(), err)
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return 0, fmt.Errorf("status of %s: a %T, not a bucket's", s.kv.Bucket(), st)
+	}
+	return bs.StreamInfo().State.LastSeq, nil
 }
 
 // decodeCheckpoint decodes the checkpoint record, refusing a value that is
