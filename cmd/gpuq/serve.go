@@ -19,6 +19,7 @@ import (
 	"github.com/gpuq/gpuq/internal/nvmlgpu"
 	"github.com/gpuq/gpuq/scheduler"
 	"github.com/gpuq/gpuq/subjects"
+	"github.com/gpuq/gpuq/wire"
 	"github.com/gpuq/gpuq/worker"
 )
 
@@ -102,8 +103,18 @@ func startScheduler(ctx context.Context, nc *nats.Conn, n subjects.Names, o sche
 	return scheduler.New(scheduler.Config{
 		Store: natsstore.New(js, lkv), Lease: lease, Log: natsbus.NewLog(js, n),
 		Publisher: natsbus.NewPublisher(js), Hosts: natsbus.NewHosts(hkv, log),
-		Names: n, Logger: log, Core: o.core,
+		Names: n, Logger: log, Core: o.core, MaxMessageBytes: maxEffectBytes(nc.MaxPayload()),
 	})
+}
+
+// maxEffectBytes is the largest effect body the scheduler may send to a
+// server that accepts messages of up to payload bytes (0: not known yet),
+// less 4 KiB for the subject and headers; 0 leaves the default.
+func maxEffectBytes(payload int64) int {
+	if payload <= 0 || payload >= wire.MaxMessageBytes {
+		return 0
+	}
+	return max(int(payload)-4<<10, 1<<10)
 }
 
 func runSchedulerCmd(ctx context.Context, e *env, args []string) error {

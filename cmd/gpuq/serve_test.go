@@ -20,6 +20,7 @@ import (
 	"github.com/gpuq/gpuq/internal/natstest"
 	"github.com/gpuq/gpuq/internal/nvmlgpu"
 	"github.com/gpuq/gpuq/subjects"
+	"github.com/gpuq/gpuq/wire"
 )
 
 // daemonConn connects as dial does: it keeps trying while the server is away.
@@ -156,5 +157,19 @@ func TestWorkerStartWaitsForTheServer(t *testing.T) {
 	}
 	if got := strings.Count(logs.String(), "the server cannot answer yet"); got != 1 {
 		t.Errorf("waiting logged %d times, want once:\n%s", got, logs.String())
+	}
+}
+
+// TestMaxEffectBytesFollowsTheServer: a server whose max_payload is below
+// gpuq's default message size bounds what the scheduler sends, so an
+// effect it cannot store is refused once instead of retried forever.
+func TestMaxEffectBytesFollowsTheServer(t *testing.T) {
+	for _, c := range []struct {
+		payload int64
+		want    int
+	}{{0, 0}, {wire.MaxMessageBytes, 0}, {8 << 20, 0}, {64 << 10, 60 << 10}, {2 << 10, 1 << 10}} {
+		if got := maxEffectBytes(c.payload); got != c.want {
+			t.Errorf("maxEffectBytes(%d) = %d, want %d", c.payload, got, c.want)
+		}
 	}
 }
