@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gpuq/gpuq/internal/natsbus"
 	"github.com/gpuq/gpuq/internal/natsstore"
@@ -71,5 +74,62 @@ func TestLoadWhileWritingMissesNoKey(t *testing.T) {
 	cancel()
 	if err := <-writing; err != nil && ctx.Err() == nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLoadAfterTheLeaseMarkerAgedOut: when no scheduler runs, the lease
+// expires, its delete marker is removed a second later, and the stream's
+// last sequence names a message that no longer exists. A load (gpuq audit,
+// gpuq jobs with no scheduler up) must not wait for it.
+func TestLoadAfterTheLeaseMarkerAgedOut(t *testing.T) {
+	t.Parallel()
+	js, kv := setup(t, natsbus.SetupConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w := natsstore.New(js, kv)
+	if _, err := w.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(ctx, []scheduler.Record{account(t, 10, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Checkpoint(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, subjects.LeaderKey, []byte(`{"v":1,"holder":"x","ttl":"1s"}`), jetstream.KeyTTL(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the lease and its marker are gone: the stream then ends
+	// in a removed message.
+	str, err := js.Stream(ctx, "KV_"+kv.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		info, err := str.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last, err := str.GetLastMsgForSubject(ctx, subjects.KVSubject(kv.Bucket(), ">"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.LastSeq > last.Sequence {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the lease's marker never aged out (last sequence %d)", info.State.LastSeq)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	lctx, lcancel := context.WithTimeout(ctx, 5*time.Second) // under the load's own 10s idle bound
+	defer lcancel()
+	view, err := natsstore.New(js, kv).Load(lctx)
+	if err != nil {
+		t.Fatalf("load after the lease's marker aged out: %v", err)
+	}
+	if view.Checkpoint != 1 || view.State.Accounts["a"] == nil {
+		t.Errorf("view: checkpoint %d, accounts %v", view.Checkpoint, view.State.Accounts)
 	}
 }

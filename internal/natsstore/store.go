@@ -119,7 +119,9 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 	// replaced, and may count the newer one as not pending yet. So once it
 	// has come, the load reads on until it has seen the bucket's last
 	// message as of then; it then holds every key's last value up to that
-	// message, missing none.
+	// message, missing none. (The lease's delete marker is removed a
+	// second after it is written, so "last" is the last message that
+	// still exists, not the stream's last sequence.)
 	var last, seen uint64
 	marked := false
 	for !marked || seen < last {
@@ -207,16 +209,23 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 }
 
 // lastSeq returns the sequence of the last message of the bucket's stream.
+// It asks for the last message that still exists: the stream's LastSeq
+// may name one already removed (a lease's delete marker ages out a second
+// after it is written), which the watch would never deliver.
 func (s *Store) lastSeq(ctx context.Context) (uint64, error) {
-	st, err := s.kv.Status(ctx)
+	stream := "KV_" + s.kv.Bucket()
+	str, err := s.js.Stream(ctx, stream)
 	if err != nil {
-		return 0, fmt.Errorf("status of %s: %w", s.kv.Bucket(), err)
+		return 0, fmt.Errorf("look up %s: %w", stream, err)
 	}
-	bs, ok := st.(*jetstream.KeyValueBucketStatus)
-	if !ok {
-		return 0, fmt.Errorf("status of %s: a %T, not a bucket's", s.kv.Bucket(), st)
+	m, err := str.GetLastMsgForSubject(ctx, subjects.KVSubject(s.kv.Bucket(), ">"))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
 	}
-	return bs.StreamInfo().State.LastSeq, nil
+	if err != nil {
+		return 0, fmt.Errorf("the last message of %s: %w", stream, err)
+	}
+	return m.Sequence, nil
 }
 
 // decodeCheckpoint decodes the checkpoint record, refusing a value that is
