@@ -310,16 +310,20 @@ func (s *sandbox) release(j *jail) error {
 	var err error
 	if s.keep {
 		if j.pooled {
-			err = os.Lchown(j.dir, s.self, os.Getegid())
+			// chown keeps the mode the job gave its directory: close it too.
+			err = errors.Join(os.Lchown(j.dir, s.self, os.Getegid()), os.Chmod(j.dir, 0o700))
 		}
 	} else {
 		err = os.RemoveAll(j.dir)
 	}
-	s.giveBack(j)
 	if err != nil {
-		return fmt.Errorf("clean up the attempt directory: %w", err)
+		err = fmt.Errorf("clean up the attempt directory: %w", err)
 	}
-	return nil
+	if j.pooled {
+		err = errors.Join(err, removeOwned(j.uid, sharedDirs, s.root))
+	}
+	s.giveBack(j)
+	return err
 }
 
 // giveBack returns j's uid to the end of the free list: ids are reused as

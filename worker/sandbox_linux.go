@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -96,6 +97,7 @@ func readStatus(pid int) (procInfo, error) {
 		}
 		return n
 	}
+	dead, threads := false, 0
 	for line := range strings.SplitSeq(string(data), "\n") {
 		k, v, ok := strings.Cut(line, ":")
 		if !ok {
@@ -103,7 +105,9 @@ func readStatus(pid int) (procInfo, error) {
 		}
 		switch k {
 		case "State":
-			p.zombie = strings.HasPrefix(strings.TrimSpace(v), "Z") || strings.HasPrefix(strings.TrimSpace(v), "X")
+			dead = strings.HasPrefix(strings.TrimSpace(v), "Z") || strings.HasPrefix(strings.TrimSpace(v), "X")
+		case "Threads":
+			threads = first(v)
 		case "PPid":
 			p.ppid = first(v)
 		case "NSpgid":
@@ -124,6 +128,9 @@ func readStatus(pid int) (procInfo, error) {
 			}
 		}
 	}
+	// A process whose main thread exited while another thread runs shows
+	// state Z too: it is dead only when no thread is left to run.
+	p.zombie = dead && threads <= 1
 	return p, nil
 }
 
@@ -131,7 +138,18 @@ func readStatus(pid int) (procInfo, error) {
 // none or its environment cannot be read.
 func marker(pid int) string {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
-	if err != nil {
+	if err != nil || len(data) == 0 {
+		// A process whose main thread has exited shows an empty
+		// environment there; a thread that still runs shows it.
+		tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task") // exited: no tasks, no marker
+		for _, task := range tasks {
+			if d, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + task.Name() + "/environ"); err == nil && len(d) > 0 {
+				data = d
+				break
+			}
+		}
+	}
+	if len(data) == 0 {
 		return "" // exited, or not ours to read: not an attempt's process either way
 	}
 	for kv := range bytes.SplitSeq(data, []byte{0}) {
@@ -273,3 +291,58 @@ func (s *sandbox) reclaim() error {
 // poolSupported reports whether this system can run attempts under pool
 // uids: Linux can, its sweep reads every process's uids from /proc.
 const poolSupported = true
+
+// sharedDirs are where every user may create files. A pool uid goes to
+// another attempt, maybe another tenant's, once its attempt ends, so what
+// the attempt left there is removed first: files for the next holder of the
+// uid to read, and a setuid copy of a shell that would let a later attempt
+// under another uid become this one.
+var sharedDirs = []string{"/tmp", "/var/tmp", "/dev/shm"}
+
+// removeOwned removes every file and directory owned by uid under roots,
+// not looking into skip (the job root, whose attempt directories are
+// handled on their own). Symbolic links are removed, never followed.
+func removeOwned(uid uint32, roots []string, skip string) error {
+	var errs []error
+	for _, root := range roots {
+		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				return nil // gone meanwhile, or no such shared directory here
+			case err != nil:
+				errs = append(errs, err)
+				return nil
+			case path == skip:
+				return fs.SkipDir
+			case path == root:
+				return nil
+			}
+			info, err := d.Info()
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			if err != nil {
+				errs = append(errs, err)
+				return nil
+			}
+			st, ok := info.Sys().(*syscall.Stat_t)
+			if !ok || st.Uid != uid {
+				return nil
+			}
+			if err := os.RemoveAll(path); err != nil {
+				errs = append(errs, err)
+			}
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		})
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("remove what uid %d left in %v: %w", uid, roots, errors.Join(errs...))
+	}
+	return nil
+}

@@ -528,3 +528,89 @@ func TestSandboxRefusesUnsafeConfig(t *testing.T) {
 		t.Errorf("the state directory: %v, %v; want mode 0700", fi.Mode().Perm(), err)
 	}
 }
+
+// TestSandboxZombieLeaderIsKilled: a process whose main thread has exited
+// while another thread runs shows state Z in /proc, yet runs. The sweep
+// must not take it for dead: under a uid pool it would keep running as the
+// uid the next tenant's attempt is given.
+func TestSandboxZombieLeaderIsKilled(t *testing.T) {
+	t.Parallel()
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Skip("no gcc to build a program whose main thread exits first")
+	}
+	dir, err := os.MkdirTemp("", "gpuq-zombie-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) }) // test teardown
+	src := filepath.Join(dir, "zt.c")
+	if err := os.WriteFile(src, []byte(`#include <pthread.h>
+#include <unistd.h>
+static void *spin(void *a) { for (;;) sleep(1); return a; }
+int main(void) { pthread_t t; pthread_create(&t, 0, spin, 0); pthread_exit(0); }
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "zt")
+	if out, err := exec.Command(gcc, "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil { // a pool uid runs it
+		t.Fatal(err)
+	}
+	for _, m := range modes(t) {
+		t.Run(m.name, func(t *testing.T) {
+			bus := newFakeBus()
+			startSandboxed(t, m, bus, 1, nil)
+			bus.sendOrder(t, dispatchOrder("zt", 1, 1, "sh", "-c", `setsid `+bin+` & echo "child=$!"; sleep 1; exit 0`))
+			if r := bus.nextReport(t); r.Type != ledger.ReportStarted {
+				t.Fatalf("first report %+v, want started", r)
+			}
+			pid := childPid(t, bus, "zt")
+			if r := bus.nextReport(t); r.Type != ledger.ReportDone {
+				t.Fatalf("second report %+v, want done", r)
+			}
+			tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+			if err == nil && len(tasks) > 1 {
+				t.Errorf("process %d still runs %d threads after the done report", pid, len(tasks))
+				_ = syscall.Kill(pid, syscall.SIGKILL) // test teardown
+			}
+		})
+	}
+}
+
+// TestSandboxPoolUIDLeavesNothingBehind: a pool uid goes to another
+// attempt later, so what its attempt left where every user may write (a
+// file to read, a setuid copy of a shell to become it again) is removed
+// before the uid is reused.
+func TestSandboxPoolUIDLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes(t) {
+		if m.uids.IsZero() {
+			continue // jobs as the worker's user: nothing to hand over
+		}
+		t.Run(m.name, func(t *testing.T) {
+			bus := newFakeBus()
+			startSandboxed(t, m, bus, 1, nil)
+			tag := fmt.Sprintf("gpuq-left-%d", rand.Uint64())
+			left := []string{"/tmp/" + tag, "/var/tmp/" + tag + "-dir", "/tmp/" + tag + "-suid"}
+			bus.sendOrder(t, dispatchOrder("leaver", 1, 1, "sh", "-c",
+				fmt.Sprintf(`echo secret > %s; mkdir %s && echo x > %s/f; cp /bin/sh %s && chmod 4755 %s; echo "child=$$"`,
+					left[0], left[1], left[1], left[2], left[2])))
+			if r := bus.nextReport(t); r.Type != ledger.ReportStarted {
+				t.Fatalf("first report %+v, want started", r)
+			}
+			childPid(t, bus, "leaver") // the job ran to its last line
+			if r := bus.nextReport(t); r.Type != ledger.ReportDone || r.ExitCode != 0 {
+				t.Fatalf("second report %+v, want done with exit 0\n%s", r, bus.output("leaver", 1))
+			}
+			for _, p := range left {
+				if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s outlived its attempt: %v", p, err)
+					_ = os.RemoveAll(p) // test teardown
+				}
+			}
+		})
+	}
+}
