@@ -24,7 +24,7 @@
 // Credits are integers ([Credits]) bounded by [MaxCredits]; every sum is
 // checked. A submission's cost is the one it gives, or for a metered job
 // gpus × walltime at the highest price of the table ([Pricing]). A table
-// may refuse fixed costs, or those below gpus × walltime at its lowest price
+// may refuse fixed costs, or those below gpus × walltime at its highest price
 // ([FixedCostPolicy]), so a submitter cannot name its own price. A
 // submission reserves its cost at once if the account can pay for it;
 // otherwise it is rejected, unless it asked to be held ([Submit.Hold]). A

@@ -53,7 +53,7 @@ const (
 	// FixedCostAny accepts any cost the submitter names.
 	FixedCostAny FixedCostPolicy = ""
 	// FixedCostFloor accepts a cost no lower than the job's floor:
-	// gpus × walltime at the lowest price of the table ([Pricing.MinPrice]),
+	// gpus × walltime at the highest price of the table ([Pricing.MaxPrice]),
 	// rounded up as a metered charge is.
 	FixedCostFloor FixedCostPolicy = "floor"
 	// FixedCostRefused refuses every fixed cost: jobs are metered.
@@ -65,27 +65,17 @@ func (p FixedCostPolicy) Valid() bool {
 	return p == FixedCostAny || p == FixedCostFloor || p == FixedCostRefused
 }
 
-// MinPrice is the lowest price of the table: what the floor of a fixed cost
-// is computed at.
-func (p *Pricing) MinPrice() Credits {
-	if p == nil {
-		return 0
-	}
-	m := p.Default
-	for _, v := range p.PerGPUHour {
-		m = min(m, v)
-	}
-	return m
-}
-
 // Floor returns the least fixed cost the table accepts for a job of gpus
-// GPUs and walltime: ⌈gpus × ⌈walltime⌉seconds × MinPrice / 3600⌉ under
-// [FixedCostFloor], 0 otherwise, and false if it passes [MaxCredits].
+// GPUs and walltime: ⌈gpus × ⌈walltime⌉seconds × MaxPrice / 3600⌉ under
+// [FixedCostFloor], 0 otherwise, and false if it passes [MaxCredits]. It is
+// what the job would reserve metered: a fixed-cost job may be placed on the
+// dearest GPUs of the table, so the floor is their price, never a cheap
+// model's.
 func (p *Pricing) Floor(gpus int, walltime time.Duration) (Credits, bool) {
 	if p == nil || p.FixedCost != FixedCostFloor {
 		return 0, true
 	}
-	return gpuSecondsCost(gpus, ceilSeconds(walltime), p.MinPrice())
+	return gpuSecondsCost(gpus, ceilSeconds(walltime), p.MaxPrice())
 }
 
 // fixedCostProblem returns why the table refuses s, a fixed-cost submission
@@ -103,8 +93,8 @@ func (p *Pricing) fixedCostProblem(s Submit) (Reason, string) {
 			return ReasonOverflow, fmt.Sprintf("the floor of %d GPUs for %v passes the limit of %d credits", s.GPUs, s.Walltime, MaxCredits)
 		}
 		if s.Cost < floor {
-			return ReasonBelowPriceFloor, fmt.Sprintf("job %s names cost %d, below its floor of %d (%d GPUs × %v at the lowest price, %d per GPU-hour): raise the cost or leave it out to be metered",
-				s.ID, s.Cost, floor, s.GPUs, s.Walltime, p.MinPrice())
+			return ReasonBelowPriceFloor, fmt.Sprintf("job %s names cost %d, below its floor of %d (%d GPUs × %v at the highest price, %d per GPU-hour): raise the cost or leave it out to be metered",
+				s.ID, s.Cost, floor, s.GPUs, s.Walltime, p.MaxPrice())
 		}
 	}
 	return "", ""
@@ -155,7 +145,7 @@ func (p *Pricing) String() string {
 	s := strings.Join(parts, ", ") + fmt.Sprintf(" credits per GPU-hour; failed attempts pay %d%%", p.FailurePercent)
 	switch p.FixedCost {
 	case FixedCostFloor:
-		s += fmt.Sprintf("; a fixed cost must be at least gpus × walltime × %d per GPU-hour", p.MinPrice())
+		s += fmt.Sprintf("; a fixed cost must be at least gpus × walltime × %d per GPU-hour", p.MaxPrice())
 	case FixedCostRefused:
 		s += "; metered jobs only"
 	}

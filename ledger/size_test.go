@@ -297,24 +297,23 @@ func TestMessagesAreCut(t *testing.T) {
 func TestAPriceTableSetsTheFloorOfFixedCosts(t *testing.T) {
 	t.Parallel()
 	l := ledgertest.NewLog(t)
-	l.Create("a", 1_000_000)
-	l.Apply(ledger.SetPricing{ID: "p1", PerGPUHour: map[string]ledger.Credits{"H100": 360, "T4": 20}, Default: 100, FixedCost: ledger.FixedCostFloor})
-	if got := l.State.Pricing.MinPrice(); got != 20 {
-		t.Fatalf("MinPrice = %d, want 20", got)
-	}
+	l.Create("a", 3_000_000)
+	// A cheap model does not lower the floor: a fixed-cost job may be
+	// placed on the dearest GPUs.
+	l.Apply(ledger.SetPricing{ID: "p1", PerGPUHour: map[string]ledger.Credits{"H100": 360, "T4": 0}, Default: 100, FixedCost: ledger.FixedCostFloor})
 	// The probe of issue 10: cost 0 for 8 GPUs × 720 h.
 	big := ledger.Submit{Account: "a", ID: "free", GPUs: 8, Cost: 0, Command: []string{"train"}, Walltime: 720 * time.Hour}
 	ev := wantEvent(t, l.Apply(big), ledger.EventRejected, ledger.ReasonBelowPriceFloor)
-	const floor = 8 * 720 * 20
+	const floor = 8 * 720 * 360
 	if !strings.Contains(ev.Message, fmt.Sprint(floor)) {
 		t.Errorf("message %q does not give the floor %d", ev.Message, floor)
 	}
-	wantMoney(t, l, "a", 1_000_000, 1_000_000)
+	wantMoney(t, l, "a", 3_000_000, 3_000_000)
 	big.Cost, big.ID = floor-1, "cheap"
 	wantEvent(t, l.Apply(big), ledger.EventRejected, ledger.ReasonBelowPriceFloor)
 	big.Cost, big.ID = floor, "fair"
 	wantEvent(t, l.Apply(big), ledger.EventAccepted, "")
-	wantMoney(t, l, "a", 1_000_000, 1_000_000-floor)
+	wantMoney(t, l, "a", 3_000_000, 3_000_000-floor)
 
 	l.Apply(ledger.SetPricing{ID: "p2", Default: 100, FixedCost: ledger.FixedCostRefused})
 	if !strings.Contains(l.State.Pricing.String(), "metered jobs only") {

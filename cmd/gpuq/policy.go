@@ -19,7 +19,7 @@ func init() {
 		usage: `prices set [--model NAME=PRICE]... [--default PRICE] [--failure-percent P] [--fixed-cost any|floor|metered_only] [--id OP]
 prices show`,
 		example: `  gpuq prices set --model "NVIDIA H100 80GB HBM3=360" --model "NVIDIA H200 141GB HBM3e=720" --default 300 --failure-percent 50
-  gpuq prices set --default 300 --fixed-cost floor     # a job naming its cost pays at least gpus × walltime × the lowest price
+  gpuq prices set --default 300 --fixed-cost floor     # a job naming its cost pays at least gpus × walltime × the highest price
   gpuq prices set --default 300 --fixed-cost metered_only
   gpuq prices show
   # a metered job (submitted without --cost) reserves gpus × walltime × the highest price, and is
@@ -61,7 +61,7 @@ func runPrices(ctx context.Context, e *env, args []string) error {
 	fs.Var(models, "model", "a model's price per GPU-hour, NAME=PRICE (repeatable); NAME as gpuq hosts shows it")
 	def := fs.Int64("default", 0, "price per GPU-hour of models not named")
 	fail := fs.Int("failure-percent", 100, "share of its runtime charge a failed or cancelled metered job pays")
-	fixed := fs.String("fixed-cost", "any", "what a job naming its own cost may ask: any, floor (at least gpus × walltime × the lowest price), or metered_only")
+	fixed := fs.String("fixed-cost", "any", "what a job naming its own cost may ask: any, floor (at least gpus × walltime × the highest price), or metered_only")
 	id := fs.String("id", "", "op id, to make a retried command safe (default: a fresh one)")
 	pos, err := e.parse(c, fs, args)
 	if err != nil {
@@ -103,7 +103,7 @@ func runPrices(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "metered jobs reserve at %d per GPU-hour; failed or cancelled ones pay %d%% of their runtime charge\n", p.MaxPrice(), p.FailurePercent)
 		switch p.FixedCost {
 		case ledger.FixedCostFloor:
-			fmt.Fprintf(e.stdout, "fixed costs: at least gpus × walltime × %d per GPU-hour (the lowest price)\n", p.MinPrice())
+			fmt.Fprintf(e.stdout, "fixed costs: at least gpus × walltime × %d per GPU-hour (the highest price)\n", p.MaxPrice())
 		case ledger.FixedCostRefused:
 			fmt.Fprintln(e.stdout, "fixed costs: refused; jobs are metered only")
 		default:
