@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -277,4 +278,70 @@ func VerifyChain(account string, entries []StoredEntry, head JournalHead) ([]Ent
 		}
 	}
 	return out, errs
+}
+
+// AuditJournal checks a journal against s, the ledger as of command
+// checkpoint: entries of later commands (a flush in progress) are left out.
+// chained are the entries read from the journal, legacy those an older
+// version kept without a chain (in the events stream), each in the order
+// stored. Every account's chain is checked with [VerifyChain] against its
+// journal head and posted to [Books] from its opening; an account with no
+// chained entry yet is posted from its legacy entries. The books are then
+// compared with s ([Books.Compare]). It returns how many entries were
+// posted and every difference, each wrapping [ErrAudit].
+func AuditJournal(s *State, checkpoint uint64, chained, legacy []StoredEntry) (int, []error) {
+	byAcct := map[string][]StoredEntry{}
+	for _, e := range chained {
+		if e.Seq <= checkpoint {
+			byAcct[e.Account] = append(byAcct[e.Account], e)
+		}
+	}
+	ids := map[string]bool{}
+	for id := range byAcct {
+		ids[id] = true
+	}
+	for id, a := range s.Accounts {
+		if a.Journal.N > 0 {
+			ids[id] = true
+		}
+	}
+	var errs []error
+	books := NewBooks()
+	posted := 0
+	for _, id := range sortedKeys(ids) {
+		var head JournalHead
+		if a := s.Accounts[id]; a != nil {
+			head = a.Journal
+		}
+		out, chainErrs := VerifyChain(id, byAcct[id], head)
+		errs = append(errs, chainErrs...)
+		for _, e := range out {
+			posted++
+			if err := books.Post(e); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	for _, e := range legacy {
+		if e.Seq > checkpoint || ids[e.Account] {
+			continue
+		}
+		posted++
+		if err := books.Post(e.Entry); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := books.Compare(s); err != nil {
+		errs = append(errs, err)
+	}
+	return posted, errs
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }
