@@ -407,7 +407,11 @@ func (c *cluster) waitEvent(account, job string, fromSeq uint64, typ ledger.Even
 func (c *cluster) events(filter string) []jetstream.Msg {
 	c.t.Helper()
 	ctx := c.ctx()
-	cons, err := c.js.OrderedConsumer(ctx, c.n.EventsStream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	stream := c.n.EventsStream()
+	if strings.HasPrefix(filter, c.n.Prefix()+".journal.") {
+		stream = c.n.JournalStream()
+	}
+	cons, err := c.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -463,21 +467,15 @@ func (c *cluster) audit() *ledger.State {
 	if err != nil {
 		c.t.Fatalf("load the ledger: %v", err)
 	}
-	books := ledger.NewBooks()
-	for _, m := range c.events(c.n.JournalAll()) {
-		e, err := wire.DecodeEntry(m.Data())
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		if e.Seq > view.Checkpoint {
-			continue
-		}
-		if err := books.Post(e.Ledger()); err != nil {
-			c.t.Errorf("journal: %v", err)
-		}
+	j, err := natsbus.ReadJournal(c.ctx(), c.js, c.n)
+	if err != nil {
+		c.t.Fatalf("read the journal: %v", err)
 	}
-	if err := books.Compare(view.State); err != nil {
-		c.t.Errorf("audit: %v", err)
+	for _, bad := range j.Bad {
+		c.t.Errorf("journal: %s", bad)
+	}
+	if _, errs := ledger.AuditJournal(view.State, view.Checkpoint, j.Chained, j.Legacy); len(errs) > 0 {
+		c.t.Errorf("audit: %v", errors.Join(errs...))
 	}
 	return view.State
 }

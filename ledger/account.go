@@ -29,6 +29,8 @@ type Account struct {
 	RecentOps []Admin `json:"recent_ops,omitempty"`
 	// Seq is the log sequence of the last command that changed the account.
 	Seq uint64 `json:"seq"`
+	// Journal is where the account's journal chain stands.
+	Journal JournalHead `json:"journal,omitzero"`
 }
 
 // Limits caps what an account may run at once. Zero means no cap.

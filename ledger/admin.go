@@ -36,6 +36,7 @@ func (t *tx) admin(c Admin) {
 		}
 		a = &Account{ID: c.Account, Weight: 1, Created: t.at, Refill: Refill{Last: t.at}}
 		t.s.Accounts[a.ID] = a
+		t.created = append(t.created, a)
 		t.changedAccount(a)
 		a.Balance = c.Balance
 		t.journal(a, Entry{Kind: EntryGrant, OpID: c.ID, Amount: c.Balance})

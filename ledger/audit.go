@@ -26,6 +26,9 @@ type Books struct {
 type BookAccount struct {
 	Balance  Credits
 	Reserved Credits
+
+	posted  int     // entries posted
+	carried Credits // reserved before the opening seal, by jobs whose reserve entry is not in the books
 }
 
 type bookJob struct {
@@ -39,7 +42,10 @@ func NewBooks() *Books {
 	return &Books{Accounts: map[string]*BookAccount{}, jobs: map[string]*bookJob{}}
 }
 
-// Post adds one journal entry. It returns an error wrapping [ErrAudit] if the
+// Post adds one journal entry. Post an account's entries in chain order
+// (see [VerifyChain]); its books may open with a seal, which sets them to
+// what it states, and a settle of a job reserved before that seal is taken
+// as covered by the reserved credits it stated. It returns an error wrapping [ErrAudit] if the
 // entry breaks a journal rule; the entry is still applied to the sums, so
 // later entries are checked against what the journal says.
 func (b *Books) Post(e Entry) error {
@@ -53,7 +59,14 @@ func (b *Books) Post(e Entry) error {
 		errs = append(errs, fmt.Errorf("%s entry for %s: %s: %w", e.Kind, e.Account, fmt.Sprintf(format, args...), ErrAudit))
 	}
 	job := b.jobs[e.Job]
+	acct.posted++
 	switch e.Kind {
+	case EntrySeal:
+		// The first entry of an account's books may be a seal: it opens
+		// them with what it states. Any later one must agree with the sums.
+		if acct.posted == 1 {
+			acct.Balance, acct.Reserved, acct.carried = e.Balance, e.Reserved, e.Reserved
+		}
 	case EntryGrant, EntryRefill:
 		acct.Balance += e.Amount
 	case EntryReserve:
@@ -64,6 +77,15 @@ func (b *Books) Post(e Entry) error {
 		acct.Reserved += e.Amount
 	case EntrySettle:
 		switch {
+		case job == nil && e.Held <= acct.carried:
+			// Reserved before the opening seal: the seal's reserved
+			// credits covered it.
+			acct.carried -= e.Held
+			job = &bookJob{account: e.Account, reserved: e.Held}
+			b.jobs[e.Job] = job
+			if e.Amount < 0 || e.Amount > e.Held || e.Released != e.Held-e.Amount {
+				bad("job %s is charged %d and released %d of the %d it held", e.Job, e.Amount, e.Released, e.Held)
+			}
 		case job == nil:
 			bad("job %s was never reserved", e.Job)
 		case job.settled:

@@ -127,6 +127,7 @@ type EntryKind string
 //	refill:  balance += amount
 //	reserve: reserved += amount
 //	settle:  reserved -= held, balance -= amount (the charge); held - amount is released
+//	seal:    nothing; states balance and reserved (see [EntrySeal])
 //
 // A job is reserved once and settled once; its settle entry says what it
 // held, what it was charged and what was released, and why.
@@ -150,6 +151,15 @@ type Entry struct {
 	Balance  Credits
 	Reserved Credits
 	Reason   Reason // settle: how the job ended ("" for success)
+	// Where the entry stands in the account's hash chain (see [EntryHash]):
+	// the command it came from and that command's time, its position
+	// (1 for the first), the hash of the entry before it ("" for the
+	// first) and its own.
+	Seq  uint64
+	Time time.Time
+	N    uint64
+	Prev string
+	Hash string
 }
 
 // DispatchOrder tells Host to run attempt Attempt of a job, published on

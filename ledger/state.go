@@ -100,6 +100,9 @@ func (s *State) Apply(cmd Command, seq uint64, at time.Time) Result {
 	for i := 0; i < len(t.accounts); i++ {
 		t.admitHeld(t.accounts[i])
 	}
+	for _, a := range t.accounts {
+		t.sealDue(a)
+	}
 	t.mustCheck()
 	if seq > s.Seq {
 		s.Seq = seq
@@ -157,6 +160,7 @@ type tx struct {
 
 	accounts []*Account // touched, for the invariant check
 	jobs     []*Job
+	created  []*Account // created by this command: their chain opens with their first entry
 }
 
 // emit adds e to the effects, its message cut to MaxMessageBytes and any id
@@ -371,6 +375,7 @@ func (t *tx) touch(a *Account) {
 // movement.
 func (t *tx) journal(a *Account, e Entry) {
 	e.Account, e.Balance, e.Reserved = a.ID, a.Balance, a.Reserved
+	t.chain(a, &e)
 	t.emit(e)
 }
 

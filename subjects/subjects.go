@@ -174,8 +174,12 @@ func (n Names) CmdStream() string { return n.upper + "_CMD" }
 // DispatchStream is the work queue of dispatch and cancel orders: GPUQ_DISPATCH.
 func (n Names) DispatchStream() string { return n.upper + "_DISPATCH" }
 
-// EventsStream holds job and account facts and journal entries: GPUQ_EVENTS.
+// EventsStream holds job and account facts: GPUQ_EVENTS. (Versions before
+// the journal had its own stream kept journal entries here too.)
 func (n Names) EventsStream() string { return n.upper + "_EVENTS" }
+
+// JournalStream holds every account's journal, the money record: GPUQ_JOURNAL.
+func (n Names) JournalStream() string { return n.upper + "_JOURNAL" }
 
 // LogsStream holds job output chunks: GPUQ_LOGS.
 func (n Names) LogsStream() string { return n.upper + "_LOGS" }
@@ -194,10 +198,9 @@ func (n Names) CmdFilter() string { return n.prefix + ".cmd.>" }
 // DispatchFilter is the subject filter of the dispatch stream: gpuq.dispatch.*.
 func (n Names) DispatchFilter() string { return n.prefix + ".dispatch.*" }
 
-// EventFilters are the subject filters of the events stream: gpuq.event.> and
-// gpuq.journal.*.
+// EventFilters are the subject filters of the events stream: gpuq.event.>.
 func (n Names) EventFilters() []string {
-	return []string{n.prefix + ".event.>", n.prefix + ".journal.*"}
+	return []string{n.prefix + ".event.>"}
 }
 
 // LogFilter is the subject filter of the logs stream: gpuq.log.*.*.*.
@@ -217,6 +220,7 @@ func (n Names) Streams() []Stream {
 		{Name: n.CmdStream(), Subjects: []string{n.CmdFilter()}},
 		{Name: n.DispatchStream(), Subjects: []string{n.DispatchFilter()}},
 		{Name: n.EventsStream(), Subjects: n.EventFilters()},
+		{Name: n.JournalStream(), Subjects: []string{n.JournalAll()}},
 		{Name: n.LogsStream(), Subjects: []string{n.LogFilter()}},
 	}
 }

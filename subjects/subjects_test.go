@@ -110,7 +110,7 @@ func TestEverySubjectLandsInItsStream(t *testing.T) {
 			{"scheduler", n.AccountEvent("vision"), n.EventsStream()},
 			{"scheduler", n.InvalidEvent("vision"), n.EventsStream()},
 			{"scheduler", n.UnaddressedEvent(), n.EventsStream()},
-			{"scheduler", n.Journal("vision"), n.EventsStream()},
+			{"scheduler", n.Journal("vision"), n.JournalStream()},
 			// An account named like a subject keyword still routes correctly.
 			{"scheduler", n.JobEvent("invalid", "job"), n.EventsStream()},
 			{"scheduler", n.AccountEvent("account"), n.EventsStream()},

@@ -80,12 +80,20 @@ type Entry struct {
 	Balance  ledger.Credits   `json:"balance"`
 	Reserved ledger.Credits   `json:"reserved"`
 	Reason   ledger.Reason    `json:"reason,omitempty"`
+	// The entry's place in the account's hash chain (see
+	// [ledger.EntryHash]): its position from 1, the hash of the entry
+	// before it and its own. Absent from entries of versions before the
+	// chain.
+	N    uint64 `json:"n,omitempty"`
+	Prev string `json:"prev,omitempty"`
+	Hash string `json:"hash,omitempty"`
 }
 
 // Ledger returns the journal entry as the ledger's own type.
 func (e Entry) Ledger() ledger.Entry {
 	return ledger.Entry{Kind: e.Kind, Account: e.Account, Job: e.Job, OpID: e.OpID, Amount: e.Amount,
-		Held: e.Held, Released: e.Released, Balance: e.Balance, Reserved: e.Reserved, Reason: e.Reason}
+		Held: e.Held, Released: e.Released, Balance: e.Balance, Reserved: e.Reserved, Reason: e.Reason,
+		Seq: e.Seq, Time: e.Time, N: e.N, Prev: e.Prev, Hash: e.Hash}
 }
 
 // ConfigEvent is the body of gpuq.event.config: the outcome of a
@@ -178,7 +186,7 @@ func EncodeEffect(n subjects.Names, seq uint64, at time.Time, i int, e ledger.Ef
 	case ledger.Entry:
 		return encode(n.Journal(e.Account), id, Entry{V: Version, Kind: e.Kind, Seq: seq, Time: at, Account: e.Account,
 			Job: e.Job, OpID: e.OpID, Amount: e.Amount, Held: e.Held, Released: e.Released, Balance: e.Balance,
-			Reserved: e.Reserved, Reason: e.Reason})
+			Reserved: e.Reserved, Reason: e.Reason, N: e.N, Prev: e.Prev, Hash: e.Hash})
 	case ledger.DispatchOrder:
 		return encode(n.Dispatch(e.Host), OrderMsgID(e.Job, e.Attempt, OrderDispatch), orderBody{V: Version,
 			Type: OrderDispatch, Seq: seq, Job: e.Job, Account: e.Account, Attempt: e.Attempt, GPUs: e.GPUs,
@@ -271,7 +279,7 @@ func DecodeEntry(data []byte) (Entry, error) {
 	var errs []error
 	errs = append(errs, subjects.CheckToken("account", e.Account))
 	switch e.Kind {
-	case ledger.EntryGrant, ledger.EntryRefill:
+	case ledger.EntryGrant, ledger.EntryRefill, ledger.EntrySeal:
 	case ledger.EntryReserve, ledger.EntrySettle:
 		errs = append(errs, subjects.CheckToken("job id", e.Job))
 		if e.Amount < 0 {
@@ -282,6 +290,11 @@ func DecodeEntry(data []byte) (Entry, error) {
 		}
 	default:
 		errs = append(errs, fmt.Errorf("unknown entry kind %q", e.Kind))
+	}
+	for _, h := range []string{e.Prev, e.Hash} {
+		if !chainHash(h) {
+			errs = append(errs, fmt.Errorf("hash %.80q is not 64 lower-case hex digits", h))
+		}
 	}
 	for _, c := range []ledger.Credits{e.Amount, e.Held, e.Released, e.Balance, e.Reserved} {
 		if c > ledger.MaxCredits || c < -ledger.MaxCredits {
@@ -329,6 +342,23 @@ func DecodeOrder(host string, data []byte) (ledger.Effect, uint64, error) {
 	}
 	f.bad("unknown order type %q; want dispatch or cancel", typ)
 	return nil, 0, fmt.Errorf("order: %w", f.err())
+}
+
+// chainHash reports whether h is empty or a hash as [ledger.EntryHash]
+// writes it.
+func chainHash(h string) bool {
+	if h == "" {
+		return true
+	}
+	if len(h) != 64 {
+		return false
+	}
+	for _, c := range h {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func nonEmpty(name, v string) error {

@@ -14,9 +14,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gpuq/gpuq/client"
+	"github.com/gpuq/gpuq/internal/natsbus"
 	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/scheduler"
-	"github.com/gpuq/gpuq/subjects"
 	"github.com/gpuq/gpuq/wire"
 )
 
@@ -435,56 +435,23 @@ func runAudit(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// audit replays the journal up to the view's checkpoint (entries past it
-// belong to a flush in progress), de-duplicated by message id, and compares
-// the sums with the view.
+// audit reads the journal (and what an older version left of it in the
+// events stream) and checks it against the view as of its checkpoint
+// (entries past it belong to a flush in progress): every account's hash
+// chain, and the balances recomputed from it (see ledger.AuditJournal).
 func audit(ctx context.Context, s *session, view *scheduler.View) (auditReport, error) {
 	rep := auditReport{Checkpoint: view.Checkpoint, Accounts: len(view.State.Accounts), Differences: []string{}}
-	cons, err := s.js.OrderedConsumer(ctx, s.n.EventsStream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{s.n.JournalAll()}})
+	j, err := natsbus.ReadJournal(ctx, s.js, s.n)
 	if err != nil {
 		return rep, err
 	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return rep, err
-	}
-	books := ledger.NewBooks()
-	seen := map[string]bool{}
-	for remaining := info.NumPending; remaining > 0; {
-		batch, err := cons.Fetch(int(min(remaining, 1000)), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return rep, err
-		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			id := m.Headers().Get(subjects.MsgIDHeader)
-			if seen[id] {
-				continue
-			}
-			seen[id] = true
-			entry, err := wire.DecodeEntry(m.Data())
-			if err != nil {
-				rep.Differences = append(rep.Differences, fmt.Sprintf("journal message %s: %v", id, err))
-				continue
-			}
-			if entry.Seq > view.Checkpoint {
-				continue
-			}
-			rep.Entries++
-			if err := books.Post(entry.Ledger()); err != nil {
-				rep.Differences = append(rep.Differences, err.Error())
-			}
-		}
-		if got == 0 {
-			return rep, fmt.Errorf("the journal stopped with %d entries unread", remaining)
-		}
-		remaining -= uint64(got)
-	}
-	if err := view.State.CheckInvariants(); err != nil {
+	rep.Differences = append(rep.Differences, j.Bad...)
+	n, errs := ledger.AuditJournal(view.State, view.Checkpoint, j.Chained, j.Legacy)
+	rep.Entries = n
+	for _, err := range errs {
 		rep.Differences = append(rep.Differences, strings.Split(err.Error(), "\n")...)
 	}
-	if err := books.Compare(view.State); err != nil {
+	if err := view.State.CheckInvariants(); err != nil {
 		rep.Differences = append(rep.Differences, strings.Split(err.Error(), "\n")...)
 	}
 	rep.OK = len(rep.Differences) == 0

@@ -60,6 +60,10 @@ type schedulerOpts struct {
 	replicas int
 	leaseTTL time.Duration
 	core     scheduler.CoreConfig
+	// retention holds the streams' retention flags (Replicas and Logger
+	// are set from the other options).
+	retention     natsbus.SetupConfig
+	retainApplied time.Duration
 }
 
 // startScheduler sets up gpuq's streams and buckets and returns a scheduler
@@ -72,7 +76,9 @@ func startScheduler(ctx context.Context, nc *nats.Conn, n subjects.Names, o sche
 		return nil, err
 	}
 	err = untilReachable(ctx, log, "set up gpuq's streams and buckets", func(ctx context.Context) error {
-		return natsbus.Setup(ctx, js, n, natsbus.SetupConfig{Replicas: o.replicas, Logger: log})
+		cfg := o.retention
+		cfg.Replicas, cfg.Logger = o.replicas, log
+		return natsbus.Setup(ctx, js, n, cfg)
 	})
 	var re *natsbus.ReplicasError
 	if errors.As(err, &re) {
@@ -104,6 +110,7 @@ func startScheduler(ctx context.Context, nc *nats.Conn, n subjects.Names, o sche
 		Store: natsstore.New(js, lkv), Lease: lease, Log: natsbus.NewLog(js, n),
 		Publisher: natsbus.NewPublisher(js), Hosts: natsbus.NewHosts(hkv, log),
 		Names: n, Logger: log, Core: o.core, MaxMessageBytes: maxEffectBytes(nc.MaxPayload()),
+		RetainApplied: o.retainApplied,
 	})
 }
 
@@ -132,6 +139,7 @@ func runSchedulerCmd(ctx context.Context, e *env, args []string) error {
 	fs.DurationVar(&o.core.Retry.Max, "retry-max", 10*time.Minute, "longest wait between retries (the wait doubles each time)")
 	fs.DurationVar(&o.core.UnplaceableAfter, "unplaceable-after", time.Minute, "how long a job wider than every live host waits before it fails")
 	fs.DurationVar(&o.core.LostAfter, "lost-after", 30*time.Second, "how long an attempt's host may be silent before it is declared lost")
+	retentionFlags(fs, &o)
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if err := e.parseNoArgs(c, fs, args); err != nil {
 		return err

@@ -32,9 +32,22 @@ type SetupConfig struct {
 	Replicas int
 	// Duplicates is every stream's de-duplication window. Defaults to 2m.
 	Duplicates time.Duration
-	// EventsMaxAge is how long events and journal entries are kept.
-	// Defaults to 30 days.
+	// EventsMaxAge is how long events are kept. Defaults to 30 days.
+	// (Journal entries are not events: see JournalMaxAge.)
 	EventsMaxAge time.Duration
+	// JournalMaxAge is how long journal entries, the money record, are
+	// kept. 0, the default, keeps them for as long as the installation
+	// lives. An age cut is auditable only from a seal: every account that
+	// moves money is sealed at least every [ledger.SealInterval], so an age
+	// well above that (e.g. a year) keeps a seal of every such account; an
+	// account whose whole journal is older than the age has none left and
+	// fails the audit until it moves money again.
+	JournalMaxAge time.Duration
+	// JournalMaxBytes caps the journal stream. The journal refuses new
+	// entries when full (discard new), so the scheduler stops folding and
+	// says so rather than lose one: size it with room to spare. 0, the
+	// default, sets no cap.
+	JournalMaxBytes int64
 	// DispatchMaxAge is how long an order waits for a host that never
 	// fetches it. Defaults to 7 days.
 	DispatchMaxAge time.Duration
@@ -132,12 +145,24 @@ func Streams(n subjects.Names, cfg SetupConfig) ([]jetstream.StreamConfig, error
 	cmd.Discard = jetstream.DiscardNew // never drop an unapplied command to make room
 	dispatch := base(n.DispatchStream(), "gpuq dispatch and cancel orders, one subject per host", []string{n.DispatchFilter()})
 	dispatch.Retention, dispatch.MaxAge = jetstream.WorkQueuePolicy, cfg.DispatchMaxAge
-	events := base(n.EventsStream(), "gpuq job and account facts and journal entries", n.EventFilters())
+	events := base(n.EventsStream(), "gpuq job and account facts", n.EventFilters())
 	events.MaxAge = cfg.EventsMaxAge
 	events.AllowDirect = true
+	// The journal follows the events stream: Setup updates streams in this
+	// order, so an installation whose events stream still holds the
+	// journal's subjects gives them up before the journal claims them.
+	journal := base(n.JournalStream(), "gpuq journal: every balance movement, hash-chained per account, and seals; the money record",
+		[]string{n.JournalAll()})
+	journal.Discard = jetstream.DiscardNew // never drop an entry to make room
+	if cfg.JournalMaxAge > 0 {
+		journal.MaxAge = cfg.JournalMaxAge
+	}
+	if cfg.JournalMaxBytes > 0 {
+		journal.MaxBytes = cfg.JournalMaxBytes
+	}
 	logs := base(n.LogsStream(), "gpuq job output", []string{n.LogFilter()})
 	logs.MaxAge, logs.MaxBytes = cfg.LogsMaxAge, cfg.LogsMaxBytes
-	return []jetstream.StreamConfig{cmd, dispatch, events, logs}, nil
+	return []jetstream.StreamConfig{cmd, dispatch, events, journal, logs}, nil
 }
 
 // Buckets returns the configuration of the ledger and hosts buckets. Where

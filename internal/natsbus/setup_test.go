@@ -136,8 +136,8 @@ func streamReplicas(t *testing.T, js jetstream.JetStream, name string) int {
 func wantReplication(t *testing.T, js jetstream.JetStream, n subjects.Names, r int, when string) {
 	t.Helper()
 	got := replication(t, js, n)
-	if len(got) != 6 {
-		t.Fatalf("%s: %d streams and buckets, want 6: %v", when, len(got), got)
+	if len(got) != 7 {
+		t.Fatalf("%s: %d streams and buckets, want 7: %v", when, len(got), got)
 	}
 	for name, have := range got {
 		if have != r {
@@ -170,7 +170,7 @@ func TestSetupNeverLowersReplication(t *testing.T) {
 	}
 	wantReplication(t, js, n, 3, "after Setup with Replicas 0")
 	if out := logs.String(); !strings.Contains(out, "replicas=3 chosen=adopted") ||
-		!strings.Contains(out, "streams=GPUQ_CMD,GPUQ_DISPATCH,GPUQ_EVENTS,GPUQ_LOGS") || !strings.Contains(out, "buckets=gpuq_ledger,gpuq_hosts") {
+		!strings.Contains(out, "streams=GPUQ_CMD,GPUQ_DISPATCH,GPUQ_EVENTS,GPUQ_JOURNAL,GPUQ_LOGS") || !strings.Contains(out, "buckets=gpuq_ledger,gpuq_hosts") {
 		t.Errorf("Setup adopting logged:\n%s", out)
 	}
 
@@ -210,7 +210,7 @@ func TestSetupRaisesReplicationToOneFactor(t *testing.T) {
 		t.Fatalf("Setup raising to 3: %v", err)
 	}
 	wantReplication(t, js, n, 3, "after raising to 3")
-	if out := logs.String(); strings.Count(out, "raised replication") != 6 ||
+	if out := logs.String(); strings.Count(out, "raised replication") != 7 ||
 		!strings.Contains(out, "stream=GPUQ_CMD from=1 replicas=3") || !strings.Contains(out, "bucket=gpuq_hosts from=1 replicas=3") {
 		t.Errorf("raising logged:\n%s", out)
 	}
