@@ -47,6 +47,7 @@ func TestAPoisonSubmissionIsRefusedAndTheFoldGoesOn(t *testing.T) {
 		t.Errorf("job.poison: %v, want no record", err)
 	}
 	c.runNext(w, "a", "next", 10)
+	c.waitSettled("next") // the answer is sent before the checkpoint passes it
 	st := c.audit()
 	if a := st.Accounts["a"]; a.Balance != 90 || a.Reserved != 0 {
 		t.Errorf("account a: balance %d, reserved %d; want 90, 0 (only the next job charged)", a.Balance, a.Reserved)
@@ -85,6 +86,7 @@ func TestARecordTheStoreRefusesIsAnsweredNotRetried(t *testing.T) {
 		t.Errorf("job.big: %v, want no record", err)
 	}
 	c.runNext(w, "a", "next", 10)
+	c.waitSettled("next") // the answer is sent before the checkpoint passes it
 	st := c.audit()
 	if a := st.Accounts["a"]; a.Balance != 90 || a.Reserved != 0 {
 		t.Errorf("account a: balance %d, reserved %d; want 90, 0", a.Balance, a.Reserved)
