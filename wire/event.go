@@ -183,6 +183,8 @@ func EncodeEffect(n subjects.Names, seq uint64, at time.Time, i int, e ledger.Ef
 		return encode(n.Dispatch(e.Host), OrderMsgID(e.Job, e.Attempt, OrderDispatch), orderBody{V: Version,
 			Type: OrderDispatch, Seq: seq, Job: e.Job, Account: e.Account, Attempt: e.Attempt, GPUs: e.GPUs,
 			Command: e.Command, Env: e.Env, Walltime: e.Walltime.String()})
+	case ledger.ArchivedJob:
+		return encodeHistory(n, seq, at, i, e)
 	case ledger.CancelOrder:
 		// One attempt may get several cancels, to several hosts (a user's
 		// cancel, then a started report for it from a host that should not
