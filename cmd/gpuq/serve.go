@@ -27,7 +27,7 @@ func init() {
 	register(&command{
 		name:    "scheduler",
 		summary: "run a scheduler: fold the command log into the ledger and dispatch jobs",
-		usage:   "scheduler [--nats URL] [--creds FILE] [--name NAME] [--replicas 1|3]",
+		usage:   "scheduler [--nats URL] [--creds FILE] [--name NAME] [--replicas 1|3] [--job-retention D] [--history-max-age D]",
 		example: `  gpuq scheduler --nats nats://nats-1:4222,nats://nats-2:4222 --creds scheduler.creds --replicas 3
   # run two or three: one leads, the others wait on the lease and take over within seconds
   # later schedulers can leave --replicas out: they adopt what exists and never lower it
@@ -60,6 +60,9 @@ type schedulerOpts struct {
 	replicas int
 	leaseTTL time.Duration
 	core     scheduler.CoreConfig
+	// historyMaxAge is the history stream's maximum age; 0 keeps archived
+	// jobs for good.
+	historyMaxAge time.Duration
 }
 
 // startScheduler sets up gpuq's streams and buckets and returns a scheduler
@@ -72,7 +75,7 @@ func startScheduler(ctx context.Context, nc *nats.Conn, n subjects.Names, o sche
 		return nil, err
 	}
 	err = untilReachable(ctx, log, "set up gpuq's streams and buckets", func(ctx context.Context) error {
-		return natsbus.Setup(ctx, js, n, natsbus.SetupConfig{Replicas: o.replicas, Logger: log})
+		return natsbus.Setup(ctx, js, n, natsbus.SetupConfig{Replicas: o.replicas, Logger: log, HistoryMaxAge: o.historyMaxAge})
 	})
 	var re *natsbus.ReplicasError
 	if errors.As(err, &re) {
@@ -132,9 +135,15 @@ func runSchedulerCmd(ctx context.Context, e *env, args []string) error {
 	fs.DurationVar(&o.core.Retry.Max, "retry-max", 10*time.Minute, "longest wait between retries (the wait doubles each time)")
 	fs.DurationVar(&o.core.UnplaceableAfter, "unplaceable-after", time.Minute, "how long a job wider than every live host waits before it fails")
 	fs.DurationVar(&o.core.LostAfter, "lost-after", 30*time.Second, "how long an attempt's host may be silent before it is declared lost")
+	fs.DurationVar(&o.core.JobRetention, "job-retention", scheduler.DefaultJobRetention,
+		"how long a finished job stays in the ledger before it moves to the history stream (a positive duration, e.g. 168h)")
+	fs.DurationVar(&o.historyMaxAge, "history-max-age", 0, "how long the history stream keeps archived jobs (0: for good)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if err := e.parseNoArgs(c, fs, args); err != nil {
 		return err
+	}
+	if o.core.JobRetention <= 0 || o.historyMaxAge < 0 {
+		return usagef("--job-retention must be positive and --history-max-age 0 or positive, not %v and %v", o.core.JobRetention, o.historyMaxAge)
 	}
 	if hostErr != nil && !flagSet(fs, "name") {
 		return usagef("the host name is unknown (%v): give the scheduler one with --name", hostErr)
