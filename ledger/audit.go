@@ -12,7 +12,8 @@ var ErrAudit = errors.New("ledger: audit failed")
 // Books recomputes every account's balance and reserved credits from journal
 // entries alone, and checks the journal's own rules as it goes: each job is
 // reserved once and settled at most once, settling exactly what it reserved
-// and charging no more than that, and each entry's stated balances match the
+// and charging no more than that (an id reserved again after it settled
+// is a new job under an archived job's id), and each entry's stated balances match the
 // running sums.
 // [Books.Compare] then checks the recomputed books against a ledger state.
 //
@@ -70,7 +71,9 @@ func (b *Books) Post(e Entry) error {
 	case EntryGrant, EntryRefill:
 		acct.Balance += e.Amount
 	case EntryReserve:
-		if job != nil {
+		// A settled job's id may be reserved again once the job is
+		// archived (see [Archive]): that is a new job.
+		if job != nil && !job.settled {
 			bad("job %s is reserved a second time", e.Job)
 		}
 		b.jobs[e.Job] = &bookJob{account: e.Account, reserved: e.Amount}

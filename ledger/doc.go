@@ -62,7 +62,16 @@
 // of s or more is already reflected in the state, and Apply skips it. A
 // command whose keys are all older was applied against exactly these values
 // the first time, so applying it again changes nothing. Together, re-applying
-// any prefix of the log is harmless.
+// any prefix of the log is harmless, with one exception: a command naming a
+// job that an [Archive] has since removed no longer finds it. The scheduler
+// replays only the commands after its checkpoint, against the records as of
+// the checkpoint, which still hold such a job.
+//
+// # Archives
+//
+// A job that ended more than a retention ago leaves the state by an
+// [Archive] decision, which hands its final record over for the history
+// store ([ArchivedJob]) and frees its id. Archives move no credit.
 //
 // # Invariants
 //

@@ -8,7 +8,8 @@ type Result struct {
 	// (a replay) and nothing was done or emitted.
 	Skipped bool
 	// Changed lists the keys the command changed, each once, in the order
-	// first changed. The caller persists exactly these.
+	// first changed. The caller persists exactly these; a job key whose job
+	// is no longer in the state was archived, and the caller removes it.
 	Changed []Key
 	// Effects are the messages to send, in order, after Changed is persisted.
 	Effects []Effect
@@ -31,8 +32,8 @@ type Key struct {
 }
 
 // Effect is a message Apply asks the caller to send: a [JobEvent],
-// [AccountEvent], [ConfigEvent], [InvalidEvent], [Entry], [DispatchOrder] or
-// [CancelOrder].
+// [AccountEvent], [ConfigEvent], [InvalidEvent], [Entry], [DispatchOrder],
+// [CancelOrder] or [ArchivedJob].
 type Effect interface{ isEffect() }
 
 // EventType is the type of a [JobEvent] or [AccountEvent].

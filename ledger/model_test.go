@@ -1,7 +1,8 @@
 // Model-based test of the ledger. rapid draws random sequences of every
 // command — admin ops, submissions (many with reused ids), cancels, dispatch
 // and lost decisions, worker reports with random attempts and hosts (busy
-// refusals among them), invalid entries, commands re-sent as new log
+// refusals among them), invalid entries, archive decisions (some stale,
+// early or for unfinished jobs), commands re-sent as new log
 // entries, and replays of earlier log entries at their old sequence
 // numbers — and runs each against the real
 // ledger and against the small model below, written separately and as
@@ -13,7 +14,10 @@
 //   - each fresh command's outcome (event type and reason), and the cancel
 //     orders it sends (a cancel of a job on a host, a started report for a
 //     run that is not the job's current one), match the model's;
-//   - a replay changed no key at all.
+//   - a replay changed no key at all (of a command that names no job
+//     archived since: the scheduler replays only from its checkpoint,
+//     against records as of it, so it never re-applies one);
+//   - an archived job is gone from the ledger, whatever its accounts hold.
 //
 // Failures shrink to the shortest sequence; replay one with -rapid.seed or
 // the file rapid writes under testdata/rapid/.
@@ -71,6 +75,7 @@ type mJob struct {
 	attempt, failures int
 	busy              int // busy refusals that spent no attempt
 	host, model       string
+	ended             time.Time // when it reached a final state
 	cancel            bool
 	held, charged     int64
 }
@@ -91,6 +96,9 @@ type model struct {
 	touched map[string]bool
 	// cancels are the cancel orders the current command sends.
 	cancels []ledger.CancelOrder
+	// staleArchive says the archive decision being applied names an older
+	// record of its job than the current one.
+	staleArchive bool
 }
 
 func newModel() *model { return &model{accts: map[string]*mAccount{}, jobs: map[string]*mJob{}} }
@@ -458,7 +466,19 @@ func (m *model) lost(l ledger.Lost, at time.Time) string {
 func (m *model) apply(cmd ledger.Command, at time.Time) string {
 	m.touched = map[string]bool{}
 	m.cancels = nil
+	before := map[string]*mJob{}
+	final := map[string]bool{}
+	for id, j := range m.jobs {
+		before[id], final[id] = j, j.state.Terminal()
+	}
 	result := m.apply1(cmd, at)
+	// A job that reached a final state now (or a record replaced by a new
+	// rejection) ended at this command's time.
+	for id, j := range m.jobs {
+		if j.state.Terminal() && (before[id] != j || !final[id]) {
+			j.ended = at
+		}
+	}
 	admitted := false
 	for id := range m.touched {
 		admitted = m.admitHeld(id, at) || admitted
@@ -503,8 +523,26 @@ func (m *model) apply1(cmd ledger.Command, at time.Time) string {
 		return out(ledger.EventFailed, ledger.ReasonUnplaceable)
 	case ledger.Invalid:
 		return out("invalid", c.Reason)
+	case ledger.Archive:
+		return m.archive(c, at)
 	}
 	panic(fmt.Sprintf("model: unknown command %T", cmd))
+}
+
+// archive removes a final job that ended at least the retention ago, if
+// the decision saw the job's current record (staleArchive says it did not).
+func (m *model) archive(c ledger.Archive, at time.Time) string {
+	j := m.jobs[c.Job]
+	switch {
+	case j == nil:
+		return out("invalid", ledger.ReasonUnknownJob)
+	case m.staleArchive:
+		return out(ledger.EventIgnored, ledger.ReasonNotArchivable)
+	case !j.state.Terminal() || at.Before(j.ended.Add(c.Retention)):
+		return out(ledger.EventIgnored, ledger.ReasonNotArchivable)
+	}
+	delete(m.jobs, c.Job)
+	return out(ledger.EventArchived, "")
 }
 
 // outcome reads the real ledger's answer to a command: the type and reason of
@@ -587,6 +625,7 @@ func TestLedgerMatchesModel(t *testing.T) {
 		l := ledgertest.NewLog(rt)
 		m := newModel()
 		var history []logged
+		archivedAt := map[string]uint64{} // the last archive of each job id
 
 		// existing draws a job id with a record, or any id when none exists.
 		existing := func(rt *rapid.T, states ...ledger.JobState) string {
@@ -607,6 +646,13 @@ func TestLedgerMatchesModel(t *testing.T) {
 		fresh := func(rt *rapid.T, cmd ledger.Command) {
 			if rapid.IntRange(0, 3).Draw(rt, "same time") > 0 {
 				l.Advance(time.Duration(rapid.Int64Range(0, int64(90*time.Minute)).Draw(rt, "advance")))
+			}
+			// The sequence a record carries is the ledger's bookkeeping, not
+			// a rule under test: the model reads it to tell a decision that
+			// saw an older record (drawn stale, or re-sent) from a current one.
+			if c, ok := cmd.(ledger.Archive); ok {
+				j := l.State.Jobs[c.Job]
+				m.staleArchive = j != nil && j.Seq != c.Seq
 			}
 			want := m.apply(cmd, l.Now)
 			res := l.Apply(cmd)
@@ -779,6 +825,23 @@ func TestLedgerMatchesModel(t *testing.T) {
 			"unplaceable": func(rt *rapid.T) {
 				fresh(rt, ledger.Unplaceable{Job: existing(rt, ledger.StatePending), Message: "needs more GPUs than any host has"})
 			},
+			"archive": func(rt *rapid.T) {
+				id := existing(rt, ledger.StateSucceeded, ledger.StateFailed, ledger.StateCancelled, ledger.StateRejected)
+				c := ledger.Archive{Job: id, Seq: 1, Retention: time.Duration(rapid.IntRange(1, 180).Draw(rt, "retention minutes")) * time.Minute}
+				if j := l.State.Jobs[id]; j != nil {
+					c.Seq = j.Seq
+					if rare(rt, "stale archive") && j.Seq > 1 {
+						c.Seq = j.Seq - 1
+					}
+				}
+				fresh(rt, c)
+				if m.jobs[id] == nil {
+					if _, ok := l.State.Jobs[id]; ok {
+						rt.Fatalf("job %s is archived in the model but still in the ledger", id)
+					}
+					archivedAt[id] = l.Seq
+				}
+			},
 			"invalid": func(rt *rapid.T) {
 				fresh(rt, ledger.Invalid{Account: rapid.SampledFrom(accountIDs).Draw(rt, "account"), Reason: ledger.ReasonInvalid, Message: "not JSON"})
 			},
@@ -793,6 +856,9 @@ func TestLedgerMatchesModel(t *testing.T) {
 					rt.Skip("nothing to replay")
 				}
 				e := rapid.SampledFrom(history).Draw(rt, "replayed")
+				if at, ok := archivedAt[jobOf(e.cmd)]; ok && at > e.seq {
+					rt.Skip("the command names a job archived since")
+				}
 				if res := l.ApplyAt(e.cmd, e.seq, e.at); len(res.Changed) != 0 {
 					rt.Fatalf("replay of %s at seq %d changed %v", e.cmd.Kind(), e.seq, res.Changed)
 				}
@@ -800,11 +866,32 @@ func TestLedgerMatchesModel(t *testing.T) {
 			"": func(rt *rapid.T) { m.compare(rt, l.State) },
 		}
 		// Weight the actions that move jobs along by listing them again.
-		for name, n := range map[string]int{"submit": 2, "dispatch": 2, "report": 3, "replay": 1} {
+		for name, n := range map[string]int{"submit": 2, "dispatch": 2, "report": 3, "replay": 1, "archive": 1} {
 			for i := range n {
 				actions[fmt.Sprintf("%s#%d", name, i)] = actions[name]
 			}
 		}
 		rt.Repeat(actions)
 	})
+}
+
+// jobOf returns the job a command names, if any.
+func jobOf(cmd ledger.Command) string {
+	switch c := cmd.(type) {
+	case ledger.Submit:
+		return c.ID
+	case ledger.Cancel:
+		return c.Job
+	case ledger.Dispatch:
+		return c.Job
+	case ledger.Report:
+		return c.Job
+	case ledger.Lost:
+		return c.Job
+	case ledger.Unplaceable:
+		return c.Job
+	case ledger.Archive:
+		return c.Job
+	}
+	return ""
 }

@@ -83,6 +83,8 @@ func (s *State) Apply(cmd Command, seq uint64, at time.Time) Result {
 		t.setPricing(c)
 	case Admit:
 		t.admit(c)
+	case Archive:
+		t.archive(c)
 	case Invalid:
 		t.emit(InvalidEvent{Account: c.Account, Job: c.Job, Reason: c.Reason, Message: c.Message})
 	default:
@@ -144,6 +146,8 @@ func (s *State) reflected(cmd Command, seq uint64) bool {
 		return seen("", c.Job)
 	case Admit:
 		return seen(c.Account, "")
+	case Archive:
+		return seen("", c.Job)
 	case SetPricing:
 		return priced
 	}
@@ -210,7 +214,11 @@ func (t *tx) oversize(snap *snapshot) error {
 		case KeyAccount:
 			rec, what = t.s.Accounts[k.ID], "account "+k.ID
 		case KeyJob:
-			rec, what = t.s.Jobs[k.ID], "job "+k.ID
+			j, ok := t.s.Jobs[k.ID]
+			if !ok {
+				continue // archived: the record is removed, not stored
+			}
+			rec, what = j, "job "+k.ID
 		case KeyPricing:
 			rec, what = t.s.Pricing, "the price table"
 		}
@@ -224,6 +232,9 @@ func (t *tx) oversize(snap *snapshot) error {
 		}
 	}
 	for i, e := range t.res.Effects {
+		if _, ok := e.(ArchivedJob); ok {
+			continue // a record the store already holds, moved as it is
+		}
 		if fits(e, MaxRecordBytes) {
 			continue
 		}
@@ -253,6 +264,8 @@ func keysOf(s *State, cmd Command) (acct, job string, pricing bool) {
 	case Lost:
 		job = c.Job
 	case Unplaceable:
+		job = c.Job
+	case Archive:
 		job = c.Job
 	case Admit:
 		return c.Account, "", false

@@ -7,6 +7,10 @@ import (
 	"github.com/cenkalti/backoff/v4"
 )
 
+// DefaultJobRetention is how long a finished job stays in the ledger before
+// it is archived, unless CoreConfig.JobRetention says otherwise.
+const DefaultJobRetention = 7 * 24 * time.Hour
+
 // CoreConfig tunes the decisions. The zero value means defaults.
 type CoreConfig struct {
 	// HalfLife is how fast past use fades from an account's fair share:
@@ -46,6 +50,15 @@ type CoreConfig struct {
 	// MaxExamine bounds how many queued jobs one Decide looks at. Defaults
 	// to 10000.
 	MaxExamine int
+	// JobRetention is how long a job stays in the ledger after it ends
+	// (succeeded, failed, cancelled or rejected); then an archive decision
+	// moves its final record to the history stream and removes its key.
+	// Defaults to 7 days; a negative or zero value means the default
+	// (jobs are always archived in the end).
+	JobRetention time.Duration
+	// MaxArchives bounds the archive decisions of one Decide. Defaults to
+	// 256.
+	MaxArchives int
 }
 
 func (c *CoreConfig) withDefaults() CoreConfig {
@@ -69,6 +82,12 @@ func (c *CoreConfig) withDefaults() CoreConfig {
 	}
 	if out.MaxExamine <= 0 {
 		out.MaxExamine = 10000
+	}
+	if out.JobRetention <= 0 {
+		out.JobRetention = DefaultJobRetention
+	}
+	if out.MaxArchives <= 0 {
+		out.MaxArchives = 256
 	}
 	return out
 }

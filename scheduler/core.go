@@ -49,6 +49,8 @@ type Core struct {
 	// refused are the hosts that have refused orders since they last
 	// started one: they are backed off (see refusals.go).
 	refused map[string]*refusals
+	// archiver queues final jobs for archiving (see archive.go).
+	archiver *archiver
 }
 
 type hostState struct {
@@ -155,6 +157,7 @@ func NewCore(cfg CoreConfig) *Core {
 		admitSent:        map[string]time.Time{},
 		shadows:          map[string]Shadow{},
 		refused:          map[string]*refusals{},
+		archiver:         newArchiver(),
 	}
 	c.usage = newUsage(c.cfg.HalfLife)
 	c.queue = NewQueue(c.share)
@@ -191,6 +194,7 @@ func (c *Core) Load(s *ledger.State) {
 		h.used, h.inflight, h.covered = 0, 0, 0
 	}
 	c.refused = map[string]*refusals{}
+	c.archiver = newArchiver()
 	for host, r := range refusalsFrom(s) {
 		c.rebackoff(host, r)
 	}
@@ -225,6 +229,11 @@ func (c *Core) Observe(s *ledger.State, cmd ledger.Command, res ledger.Result) {
 	}
 	if r, ok := cmd.(ledger.Report); ok && slices.Contains(res.Changed, ledger.Key{Kind: ledger.KeyJob, ID: r.Job}) {
 		c.observeReport(s.Jobs[r.Job], r)
+	}
+	for _, eff := range res.Effects {
+		if a, ok := eff.(ledger.ArchivedJob); ok {
+			c.observeArchived(a.Job)
+		}
 	}
 	for _, k := range res.Changed {
 		switch k.Kind {
@@ -296,6 +305,7 @@ func (c *Core) index(j *ledger.Job) {
 	if !j.State.OnHost() {
 		delete(c.lostSent, j.ID)
 	}
+	c.archiver.index(j)
 }
 
 // SetHost records a host's latest heartbeat, received at now. An attempt
@@ -384,6 +394,9 @@ func (c *Core) Abandon(s *ledger.State, cmd ledger.Command) {
 		delete(c.lostSent, d.Job)
 	case ledger.Admit:
 		delete(c.admitSent, d.Account)
+	case ledger.Archive:
+		c.abandonArchive(s, d)
+		return
 	}
 	if j := s.Jobs[job]; j != nil {
 		c.index(j)
@@ -424,8 +437,9 @@ func (c *Core) retryAt(j *ledger.Job) time.Time {
 
 // Decide returns the decisions to publish now: dispatches of pending jobs to
 // hosts with room, admissions of held jobs the refill now pays for,
-// unplaceable verdicts for jobs no host can fit, and lost verdicts for
-// attempts whose hosts lost them.
+// unplaceable verdicts for jobs no host can fit, lost verdicts for
+// attempts whose hosts lost them, and, last, archives of jobs that ended
+// more than CoreConfig.JobRetention ago (at most CoreConfig.MaxArchives).
 //
 // Jobs are considered highest priority first; at equal priority, the
 // account with the lowest share (decayed usage over weight) first; then
@@ -543,6 +557,8 @@ func (c *Core) Decide(s *ledger.State, now time.Time) []ledger.Command {
 	if shadow != nil {
 		c.shadows[shadow.Job] = *shadow // with the spare later jobs left
 	}
+	// Last, and bounded: archiving never holds up a dispatch.
+	out = append(out, c.archives(s, now)...)
 	return out
 }
 
@@ -791,6 +807,7 @@ func (c *Core) NextWake(s *ledger.State, now time.Time) time.Time {
 	for host := range c.refused {
 		soon(c.backoffUntil(host))
 	}
+	soon(c.nextArchive())
 	return next
 }
 

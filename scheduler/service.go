@@ -359,6 +359,16 @@ type term struct {
 	// refused are the commands to answer with a rejection instead of
 	// applying, by sequence, with why (View.Refused).
 	refused map[uint64]string
+	// archived are the jobs archived since the last flush, by id: their
+	// keys are deleted, each marked with the record it held.
+	archived map[string]archivedJob
+}
+
+// archivedJob is a job the fold archived: the command's sequence and the
+// job's final record.
+type archivedJob struct {
+	seq uint64
+	job *ledger.Job
 }
 
 // spell remembers whether something that is retried later is failing, so
@@ -545,6 +555,14 @@ func (t *term) fold(e Entry) error {
 	}
 	res := t.state.Apply(cmd, e.Seq, e.Time)
 	t.core.Observe(t.state, cmd, res)
+	for _, eff := range res.Effects {
+		if a, ok := eff.(ledger.ArchivedJob); ok {
+			if t.archived == nil {
+				t.archived = map[string]archivedJob{}
+			}
+			t.archived[a.Job.ID] = archivedJob{seq: e.Seq, job: a.Job}
+		}
+	}
 	for _, k := range res.Changed {
 		if !t.marked[k] {
 			t.marked[k] = true
@@ -587,10 +605,26 @@ func address(cmd ledger.Command) (account, job string) {
 		return "", c.Job
 	case ledger.Unplaceable:
 		return "", c.Job
+	case ledger.Archive:
+		return "", c.Job
 	case ledger.Invalid:
 		return c.Account, c.Job
 	}
 	return "", ""
+}
+
+// splitHistory returns the history records among msgs, and the rest, each in
+// order.
+func splitHistory(n subjects.Names, msgs []wire.Message) (history, rest []wire.Message) {
+	filter := n.HistoryFilter()
+	for _, m := range msgs {
+		if subjects.Match(filter, m.Subject) {
+			history = append(history, m)
+		} else {
+			rest = append(rest, m)
+		}
+	}
+	return history, rest
 }
 
 // flush persists the changed records, sends the effects, then moves the
@@ -606,6 +640,16 @@ func (t *term) flush(ctx context.Context) error {
 			return err
 		}
 		recs = append(recs, rec)
+	}
+	// The final records of archived jobs reach the history stream before
+	// their keys are deleted: however a flush is cut short, no record is
+	// only in a deleted key. (Sent again after a cut, a record is the same
+	// message, de-duplicated within the window and identical after it.)
+	history, rest := splitHistory(t.s.cfg.Names, t.msgs)
+	if len(history) > 0 {
+		if _, err := t.s.cfg.Publisher.Publish(ctx, history); err != nil {
+			return fmt.Errorf("send the history of archived jobs through %d: %w", t.applied, err)
+		}
 	}
 	if hooks.CutPersist != nil {
 		if n := hooks.CutPersist(t.applied, len(recs)); n < len(recs) {
@@ -623,7 +667,7 @@ func (t *term) flush(ctx context.Context) error {
 			return fmt.Errorf("%v: %w", err, ErrStopped)
 		}
 	}
-	if _, err := t.s.cfg.Publisher.Publish(ctx, t.msgs); err != nil {
+	if _, err := t.s.cfg.Publisher.Publish(ctx, rest); err != nil {
 		return fmt.Errorf("send effects through %d: %w", t.applied, err)
 	}
 	if hooks.AfterEffects != nil {
@@ -637,6 +681,7 @@ func (t *term) flush(ctx context.Context) error {
 	t.s.log.Debug("flushed", slog.Uint64("seq", t.applied), slog.Int("records", len(recs)), slog.Int("effects", len(t.msgs)))
 	t.changed, t.msgs = t.changed[:0], t.msgs[:0]
 	clear(t.marked)
+	clear(t.archived)
 	if len(t.samples) == 0 || t.s.cfg.NowFunc().Sub(t.samples[len(t.samples)-1].at) >= time.Minute {
 		t.samples = append(t.samples, sample{seq: t.applied, at: t.s.cfg.NowFunc()})
 	}
@@ -655,6 +700,14 @@ func (t *term) record(k ledger.Key) (Record, error) {
 		return Record{Key: subjects.AccountKey(k.ID), Seq: a.Seq, Value: v}, err
 	case ledger.KeyJob:
 		j := t.state.Jobs[k.ID]
+		if j == nil {
+			a, ok := t.archived[k.ID]
+			if !ok {
+				return Record{}, fmt.Errorf("job %s changed but neither in the state nor archived", k.ID)
+			}
+			v, err := ledger.MarshalJob(a.job)
+			return Record{Key: subjects.JobKey(k.ID), Seq: a.seq, Value: v, Delete: true}, err
+		}
 		v, err := ledger.MarshalJob(j)
 		return Record{Key: subjects.JobKey(k.ID), Seq: j.Seq, Value: v}, err
 	case ledger.KeyPricing:
@@ -695,6 +748,8 @@ func (t *term) decide(ctx context.Context, now time.Time) {
 			msg, err = wire.EncodeUnplaceable(t.s.cfg.Names, c)
 		case ledger.Admit:
 			msg, err = wire.EncodeAdmit(t.s.cfg.Names, c, t.core.AdmitDue(c.Account))
+		case ledger.Archive:
+			msg, err = wire.EncodeArchive(t.s.cfg.Names, c)
 		default:
 			err = fmt.Errorf("unknown decision %T", c)
 		}

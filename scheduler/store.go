@@ -89,6 +89,11 @@ type Record struct {
 	Key   string
 	Seq   uint64
 	Value []byte
+	// Delete says the command at Seq removed the key (an archived job):
+	// the store deletes it, and Value is the record it held before, which
+	// a load whose checkpoint is below Seq puts back (the archive is then
+	// applied again).
+	Delete bool
 }
 
 // Store persists the ledger view. The scheduler is its only writer; every
@@ -97,9 +102,11 @@ type Store interface {
 	// Load reads the whole view. It records the revision of every key for
 	// the writes that follow.
 	Load(ctx context.Context) (*View, error)
-	// Write stores each record unless the stored version already carries
-	// its sequence or a later one. It returns an error wrapping
-	// [ErrConflict] if any key's revision moved.
+	// Write stores each record, or deletes its key where the record says
+	// so, unless the stored version already carries its sequence or a
+	// later one. It returns an error wrapping [ErrConflict] if any key's
+	// revision moved. Load treats a deleted key as absent, or, where the
+	// delete is past the checkpoint, as the record it held before.
 	Write(ctx context.Context, recs []Record) error
 	// Checkpoint stores seq as the last command whose effects were sent,
 	// with the refusals above it.

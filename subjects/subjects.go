@@ -66,6 +66,7 @@ const (
 	SchedLost        = "lost"
 	SchedUnplaceable = "unplaceable"
 	SchedAdmit       = "admit"
+	SchedArchive     = "archive"
 )
 
 // Ledger bucket keys that are not per account or per job.
@@ -222,6 +223,7 @@ func (n Names) Streams() []Stream {
 		{Name: n.EventsStream(), Subjects: n.EventFilters()},
 		{Name: n.JournalStream(), Subjects: []string{n.JournalAll()}},
 		{Name: n.LogsStream(), Subjects: []string{n.LogFilter()}},
+		{Name: n.HistoryStream(), Subjects: []string{n.HistoryFilter()}},
 	}
 }
 
@@ -240,7 +242,8 @@ func (n Names) Admin(account string) string { return n.join("account", account, 
 func (n Names) Report(host string) string { return n.join("host", host, "cmd", KindReport) }
 
 // Sched is where the scheduler logs a decision of kind ([SchedDispatch],
-// [SchedLost], [SchedUnplaceable], [SchedAdmit]): gpuq.cmd.sched.<kind>.
+// [SchedLost], [SchedUnplaceable], [SchedAdmit], [SchedArchive]):
+// gpuq.cmd.sched.<kind>.
 func (n Names) Sched(kind string) string { return n.join("decision kind", kind, "cmd", KindSched) }
 
 // Config is where an operator sets installation-wide configuration of kind
@@ -426,7 +429,7 @@ func (n Names) ParseCmd(subject string) (Cmd, error) {
 		}
 		return Cmd{Kind: kind, Token: token}, nil
 	case KindSched:
-		if token != SchedDispatch && token != SchedLost && token != SchedUnplaceable && token != SchedAdmit {
+		if token != SchedDispatch && token != SchedLost && token != SchedUnplaceable && token != SchedAdmit && token != SchedArchive {
 			return Cmd{Kind: kind}, fmt.Errorf("%q: unknown decision kind %q: %w", subject, token, ErrBadSubject)
 		}
 		return Cmd{Kind: kind, Token: token}, nil

@@ -103,6 +103,9 @@ func TestEverySubjectLandsInItsStream(t *testing.T) {
 			{"scheduler", n.Sched(SchedLost), n.CmdStream()},
 			{"scheduler", n.Sched(SchedUnplaceable), n.CmdStream()},
 			{"scheduler", n.Sched(SchedAdmit), n.CmdStream()},
+			{"scheduler", n.Sched(SchedArchive), n.CmdStream()},
+			{"scheduler", n.History("vision", "train-42"), n.HistoryStream()},
+			{"scheduler", n.History("history", "job"), n.HistoryStream()},
 			{"admin", n.Config(ConfigPricing), n.CmdStream()},
 			{"scheduler", n.ConfigEvent(), n.EventsStream()},
 			{"scheduler", n.Dispatch("gpu-host-1"), n.DispatchStream()},
@@ -267,6 +270,31 @@ func TestMatch(t *testing.T) {
 	for _, tt := range tests {
 		if got := Match(tt.filter, tt.subject); got != tt.want {
 			t.Errorf("Match(%q, %q) = %v, want %v", tt.filter, tt.subject, got, tt.want)
+		}
+	}
+}
+
+// TestHistorySubjects checks that a job's history subject parses back, lies
+// under its account's filter and the by-id filter, and under no other
+// account's.
+func TestHistorySubjects(t *testing.T) {
+	t.Parallel()
+	n := Default
+	s := n.History("vision", "train-42")
+	if a, j, err := n.ParseHistory(s); err != nil || a != "vision" || j != "train-42" {
+		t.Errorf("ParseHistory(%q) = %q, %q, %v", s, a, j, err)
+	}
+	for _, f := range []string{n.AccountHistory("vision"), n.JobHistory("train-42"), n.HistoryFilter(), n.AllHistory()} {
+		if !Match(f, s) {
+			t.Errorf("%q does not match filter %q", s, f)
+		}
+	}
+	if Match(n.AccountHistory("nlp"), s) || Match(n.JobHistory("train-4"), s) {
+		t.Errorf("%q matches another account's or job's filter", s)
+	}
+	for _, bad := range []string{"gpuq.history.vision", "gpuq.history.vision.a.b", "gpuq.event.vision.j"} {
+		if _, _, err := n.ParseHistory(bad); !errors.Is(err, ErrBadSubject) {
+			t.Errorf("ParseHistory(%q) = %v, want ErrBadSubject", bad, err)
 		}
 	}
 }

@@ -78,6 +78,8 @@ func DecodeCommand(n subjects.Names, subject string, data []byte) (ledger.Comman
 			return DecodeAdmit(data)
 		case subjects.SchedLost:
 			return DecodeLost(data)
+		case subjects.SchedArchive:
+			return DecodeArchive(data)
 		}
 	case subjects.KindConfig:
 		return DecodePricing(data)

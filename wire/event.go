@@ -147,9 +147,8 @@ func EffectMsgID(seq uint64, i int) string {
 	return strconv.FormatUint(seq, 10) + "." + strconv.Itoa(i)
 }
 
-// OrderMsgID is the de-duplication id of a dispatch order, and the start of
-// that of a cancel order, which ends with the log sequence of the command
-// that sent it.
+// OrderMsgID is the start of the de-duplication id of a dispatch or cancel
+// order, which ends with the log sequence of the command that sent it.
 func OrderMsgID(job string, attempt int, typ string) string {
 	return job + "." + strconv.Itoa(attempt) + "." + typ
 }
@@ -188,9 +187,14 @@ func EncodeEffect(n subjects.Names, seq uint64, at time.Time, i int, e ledger.Ef
 			Job: e.Job, OpID: e.OpID, Amount: e.Amount, Held: e.Held, Released: e.Released, Balance: e.Balance,
 			Reserved: e.Reserved, Reason: e.Reason, N: e.N, Prev: e.Prev, Hash: e.Hash})
 	case ledger.DispatchOrder:
-		return encode(n.Dispatch(e.Host), OrderMsgID(e.Job, e.Attempt, OrderDispatch), orderBody{V: Version,
+		// The id ends with the command's sequence, so a job submitted
+		// under the id of an archived one gets its own orders; a re-sent
+		// copy of the same order keeps its id.
+		return encode(n.Dispatch(e.Host), OrderMsgID(e.Job, e.Attempt, OrderDispatch)+"."+strconv.FormatUint(seq, 10), orderBody{V: Version,
 			Type: OrderDispatch, Seq: seq, Job: e.Job, Account: e.Account, Attempt: e.Attempt, GPUs: e.GPUs,
 			Command: e.Command, Env: e.Env, Walltime: e.Walltime.String()})
+	case ledger.ArchivedJob:
+		return encodeHistory(n, seq, at, i, e)
 	case ledger.CancelOrder:
 		// One attempt may get several cancels, to several hosts (a user's
 		// cancel, then a started report for it from a host that should not

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gpuq/gpuq/client"
 	"github.com/gpuq/gpuq/ledger"
+	"github.com/gpuq/gpuq/scheduler"
 	"github.com/gpuq/gpuq/worker"
 )
 
@@ -75,8 +76,12 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&o.simulate, "model", "dgxh200", "simulated GPU model: dgxh100 or dgxh200")
 	fs.StringVar(&o.host, "host", "sim-1", "the simulated worker's host name")
 	level := fs.String("log-level", "warn", "log level of the embedded parts: debug, info, warn or error")
+	retention := fs.Duration("job-retention", scheduler.DefaultJobRetention, "how long a finished job stays in the ledger before it moves to history")
 	if err := e.parseNoArgs(c, fs, args); err != nil {
 		return err
+	}
+	if *retention <= 0 {
+		return usagef("--job-retention must be positive, not %v", *retention)
 	}
 	log, err := newLogger(*level)
 	if err != nil {
@@ -140,7 +145,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 
-	svc, err := startScheduler(ctx, nc, n, schedulerOpts{name: "dev", replicas: 1, leaseTTL: 2 * time.Second}, log)
+	svc, err := startScheduler(ctx, nc, n, schedulerOpts{name: "dev", replicas: 1, leaseTTL: 2 * time.Second, core: scheduler.CoreConfig{JobRetention: *retention}}, log)
 	if err != nil {
 		return err
 	}

@@ -43,17 +43,21 @@ func init() {
 	register(&command{
 		name:    "jobs",
 		summary: "list jobs, newest first",
-		usage:   "jobs [--account A] [--state S] [--limit N]",
+		usage:   "jobs [--account A] [--state S] [--since T] [--until T] [--limit N]",
 		example: `  gpuq jobs --account vision --state pending
-  gpuq jobs --output json --limit 1000`,
+  gpuq jobs --output json --limit 1000
+  gpuq jobs --since 2026-11-01 --until 2026-12-01 --account vision   # archived ones too
+  # --since/--until filter by end time (a date, or RFC 3339) and read the history of
+  #   archived jobs as well; jobs still unfinished count as ending after any --since`,
 		run: runJobs,
 	})
 	register(&command{
 		name:    "job",
 		summary: "show one job: state, attempts, host, devices, reserved and charged credits, times",
-		usage:   "job ID",
+		usage:   "job ID [--account A]",
 		example: `  gpuq job train-42
-  gpuq job train-42 --output json`,
+  gpuq job train-42 --output json
+  # a job archived out of the ledger is read from its history; a tenant names its account`,
 		run: runJob,
 	})
 }
@@ -275,6 +279,16 @@ type jobRow struct {
 	Host      string          `json:"host"`
 	Reason    ledger.Reason   `json:"reason"`
 	Submitted time.Time       `json:"submitted_at"`
+	Ended     time.Time       `json:"ended_at,omitzero"`
+	// Archived is when the job moved from the ledger to the history
+	// stream; zero for a job the ledger holds.
+	Archived time.Time `json:"archived_at,omitzero"`
+}
+
+func rowOf(j *ledger.Job) jobRow {
+	return jobRow{ID: j.ID, Account: j.Account, State: j.State, Priority: j.Priority, GPUs: j.GPUs,
+		Cost: j.Cost, Held: j.Held, Charged: j.Charged, Attempt: j.Attempt, Host: j.Host, Reason: j.Reason,
+		Submitted: j.SubmittedAt, Ended: j.EndedAt}
 }
 
 func runJobs(ctx context.Context, e *env, args []string) error {
@@ -283,11 +297,28 @@ func runJobs(ctx context.Context, e *env, args []string) error {
 	account := fs.String("account", "", "only this account's jobs")
 	state := fs.String("state", "", "only jobs in this state: "+stateList())
 	limit := fs.Int("limit", 50, "at most this many, newest first (0: all)")
+	sinceText := fs.String("since", "", "only jobs that ended at or after this time (or are unfinished), archived ones too: 2026-11-01 or RFC 3339")
+	untilText := fs.String("until", "", "only jobs that ended before this time, archived ones too")
 	if err := e.parseNoArgs(c, fs, args); err != nil {
 		return err
 	}
 	if *state != "" && !slices.Contains(jobStates, ledger.JobState(*state)) {
 		return usagef("--state %q: want one of %s", *state, stateList())
+	}
+	since, err := parseTime("since", *sinceText)
+	if err != nil {
+		return err
+	}
+	until, err := parseTime("until", *untilText)
+	if err != nil {
+		return err
+	}
+	byEnd := *sinceText != "" || *untilText != ""
+	inRange := func(j *ledger.Job) bool {
+		if j.EndedAt.IsZero() {
+			return until.IsZero()
+		}
+		return !j.EndedAt.Before(since) && (until.IsZero() || j.EndedAt.Before(until))
 	}
 	s, err := e.session()
 	if err != nil {
@@ -299,12 +330,30 @@ func runJobs(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	rows := []jobRow{}
+	want := func(j *ledger.Job) bool {
+		return (*account == "" || j.Account == *account) && (*state == "" || string(j.State) == *state) && (!byEnd || inRange(j))
+	}
 	for _, j := range st.Jobs {
-		if *account != "" && j.Account != *account || *state != "" && string(j.State) != *state {
-			continue
+		if want(j) {
+			rows = append(rows, rowOf(j))
 		}
-		rows = append(rows, jobRow{ID: j.ID, Account: j.Account, State: j.State, Priority: j.Priority, GPUs: j.GPUs,
-			Cost: j.Cost, Held: j.Held, Charged: j.Charged, Attempt: j.Attempt, Host: j.Host, Reason: j.Reason, Submitted: j.SubmittedAt})
+	}
+	if byEnd {
+		// The history holds jobs archived out of the ledger. A job in both
+		// (archived as the view was read, or an id used again) is listed
+		// as the ledger has it.
+		err := s.c.Histories(ctx, *account, since, func(h wire.History) error {
+			if _, live := st.Jobs[h.Job.ID]; live && st.Jobs[h.Job.ID].SubmittedAt.Equal(h.Job.SubmittedAt) || !want(h.Job) {
+				return nil
+			}
+			r := rowOf(h.Job)
+			r.Archived = h.ArchivedAt
+			rows = append(rows, r)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
 	}
 	sort.Slice(rows, func(i, k int) bool {
 		if !rows[i].Submitted.Equal(rows[k].Submitted) {
@@ -318,6 +367,13 @@ func runJobs(ctx context.Context, e *env, args []string) error {
 	if e.output == "json" {
 		return printJSON(e.stdout, rows)
 	}
+	if byEnd {
+		t := newTable(e.stdout, "JOB", "ACCOUNT", "STATE", "PRI", "GPUS", "COST", "CHARGED", "ATTEMPT", "HOST", "SUBMITTED", "ENDED", "ARCHIVED", "REASON")
+		for _, r := range rows {
+			t.row(r.ID, r.Account, r.State, r.Priority, r.GPUs, r.Cost, r.Charged, r.Attempt, dash(r.Host), when(r.Submitted), when(r.Ended), when(r.Archived), dash(string(r.Reason)))
+		}
+		return t.flush()
+	}
 	t := newTable(e.stdout, "JOB", "ACCOUNT", "STATE", "PRI", "GPUS", "COST", "CHARGED", "ATTEMPT", "HOST", "SUBMITTED", "REASON")
 	for _, r := range rows {
 		t.row(r.ID, r.Account, r.State, r.Priority, r.GPUs, r.Cost, r.Charged, r.Attempt, dash(r.Host), when(r.Submitted), dash(string(r.Reason)))
@@ -325,19 +381,46 @@ func runJobs(ctx context.Context, e *env, args []string) error {
 	return t.flush()
 }
 
+// parseTime reads a --since or --until value: a date (2026-11-01, local
+// midnight) or an RFC 3339 time. Empty is the zero time.
+func parseTime(flag, v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.ParseInLocation(time.DateOnly, v, time.Local); err == nil {
+		return t, nil
+	}
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return t, nil
+	}
+	return time.Time{}, usagef("--%s %q: want a date (2026-11-01) or an RFC 3339 time (2026-11-01T09:00:00Z)", flag, v)
+}
+
 func runJob(ctx context.Context, e *env, args []string) error {
 	c := find("job")
 	fs := e.flags(c)
+	account := fs.String("account", "", "the job's account, to read its history if it was archived (default: any account, which needs an admin's rights)")
 	job, s, err := e.jobArg(c, fs, args)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	j, err := s.job(ctx, job)
+	j, archived, err := s.c.Lookup(ctx, *account, job)
+	if errors.Is(err, client.ErrNotFound) {
+		return fmt.Errorf("no job %s, in the ledger or its history", job)
+	}
 	if err != nil {
 		return err
 	}
 	if e.output == "json" {
+		if archived != nil {
+			// The record as the ledger held it, with when it left.
+			return printJSON(e.stdout, struct {
+				*ledger.Job
+				ArchivedAt  time.Time `json:"archived_at"`
+				ArchivedSeq uint64    `json:"archived_seq"`
+			}{j, archived.ArchivedAt, archived.Seq})
+		}
 		return printJSON(e.stdout, j)
 	}
 	w := e.stdout
@@ -346,6 +429,10 @@ func runJob(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(w, " (%s)", j.Reason)
 	}
 	fmt.Fprintln(w)
+	if archived != nil {
+		fmt.Fprintf(w, "archived  %s (command %d): the ledger no longer holds it; this is its final record, from the history\n",
+			when(archived.ArchivedAt), archived.Seq)
+	}
 	if j.Message != "" {
 		fmt.Fprintf(w, "why       %s\n", j.Message)
 	}

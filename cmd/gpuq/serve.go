@@ -27,7 +27,7 @@ func init() {
 	register(&command{
 		name:    "scheduler",
 		summary: "run a scheduler: fold the command log into the ledger and dispatch jobs",
-		usage:   "scheduler [--nats URL] [--creds FILE] [--name NAME] [--replicas 1|3]",
+		usage:   "scheduler [--nats URL] [--creds FILE] [--name NAME] [--replicas 1|3] [--job-retention D] [--history-max-age D]",
 		example: `  gpuq scheduler --nats nats://nats-1:4222,nats://nats-2:4222 --creds scheduler.creds --replicas 3
   # run two or three: one leads, the others wait on the lease and take over within seconds
   # later schedulers can leave --replicas out: they adopt what exists and never lower it
@@ -140,9 +140,15 @@ func runSchedulerCmd(ctx context.Context, e *env, args []string) error {
 	fs.DurationVar(&o.core.UnplaceableAfter, "unplaceable-after", time.Minute, "how long a job wider than every live host waits before it fails")
 	fs.DurationVar(&o.core.LostAfter, "lost-after", 30*time.Second, "how long an attempt's host may be silent before it is declared lost")
 	retentionFlags(fs, &o)
+	fs.DurationVar(&o.core.JobRetention, "job-retention", scheduler.DefaultJobRetention,
+		"how long a finished job stays in the ledger before it moves to the history stream (a positive duration, e.g. 168h)")
+	fs.DurationVar(&o.retention.HistoryMaxAge, "history-max-age", 0, "how long the history stream keeps archived jobs (0: for good)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if err := e.parseNoArgs(c, fs, args); err != nil {
 		return err
+	}
+	if o.core.JobRetention <= 0 || o.retention.HistoryMaxAge < 0 {
+		return usagef("--job-retention must be positive and --history-max-age 0 or positive, not %v and %v", o.core.JobRetention, o.retention.HistoryMaxAge)
 	}
 	if hostErr != nil && !flagSet(fs, "name") {
 		return usagef("the host name is unknown (%v): give the scheduler one with --name", hostErr)

@@ -55,6 +55,12 @@ type SetupConfig struct {
 	// 10 GiB.
 	LogsMaxAge   time.Duration
 	LogsMaxBytes int64
+	// HistoryMaxAge is how long the final records of archived jobs are
+	// kept in the history stream, and HistoryMaxBytes how much of them.
+	// Zero keeps them for as long as the installation lives (the
+	// defaults); a positive value drops the oldest past it.
+	HistoryMaxAge   time.Duration
+	HistoryMaxBytes int64
 	// LedgerHistory is how many versions of each ledger record are kept:
 	// recovery after a crash mid-flush reads the version before the cut.
 	// Defaults to 5.
@@ -162,7 +168,15 @@ func Streams(n subjects.Names, cfg SetupConfig) ([]jetstream.StreamConfig, error
 	}
 	logs := base(n.LogsStream(), "gpuq job output", []string{n.LogFilter()})
 	logs.MaxAge, logs.MaxBytes = cfg.LogsMaxAge, cfg.LogsMaxBytes
-	return []jetstream.StreamConfig{cmd, dispatch, events, journal, logs}, nil
+	history := base(n.HistoryStream(), "gpuq finished jobs, archived out of the ledger: one final record per job", []string{n.HistoryFilter()})
+	history.AllowDirect = true // gpuq job looks a record up by subject
+	if cfg.HistoryMaxAge > 0 {
+		history.MaxAge = cfg.HistoryMaxAge
+	}
+	if cfg.HistoryMaxBytes > 0 {
+		history.MaxBytes = cfg.HistoryMaxBytes
+	}
+	return []jetstream.StreamConfig{cmd, dispatch, events, journal, logs, history}, nil
 }
 
 // Buckets returns the configuration of the ledger and hosts buckets. Where

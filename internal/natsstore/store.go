@@ -109,6 +109,7 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 	}
 	defer func() { _ = w.Stop() }() // the watch only served the initial values
 	latest := map[string]jetstream.KeyValueEntry{}
+	removed := map[string]jetstream.KeyValueEntry{} // keys whose last operation removed them
 	// The watch delivers every current value and then a nil marker. If the
 	// server goes away meanwhile nothing more comes, so a pause longer than
 	// loadIdleTimeout ends the load rather than hang it.
@@ -144,8 +145,10 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 			s.revs[e.Key()] = e.Revision()
 			if e.Operation() == jetstream.KeyValuePut {
 				latest[e.Key()] = e
+				delete(removed, e.Key())
 			} else {
 				delete(latest, e.Key())
+				removed[e.Key()] = e
 			}
 			idle.Reset(loadIdleTimeout)
 		case <-idle.C:
@@ -202,10 +205,62 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 			}
 		}
 	}
+	for key, e := range removed {
+		if err := s.unarchive(view, key, e); err != nil {
+			return nil, false, err
+		}
+	}
 	if err := view.State.CheckInvariants(); err != nil {
 		return nil, view.Ahead > view.Checkpoint, fmt.Errorf("the stored ledger breaks its invariants: %w", err)
 	}
 	return view, false, nil
+}
+
+// ArchiveMarkerTTL is how long the marker an archive leaves at a job's
+// key lives. The marker holds the job's final record and the archive's
+// sequence, so a load whose checkpoint is below the archive (a flush cut
+// short after the delete) puts the record back for the archive to be
+// applied again; once the checkpoint is past it, nothing needs it. It
+// bounds how long a crashed flush may wait for the next leader: a load
+// after the marker expired finds the job archived, which the history
+// stream (written before the delete) already holds.
+const ArchiveMarkerTTL = 24 * time.Hour
+
+// archiveMarker is the body of the marker an archive leaves at a job's
+// key.
+type archiveMarker struct {
+	V        int             `json:"v"`
+	Archived uint64          `json:"archived"` // the archive command's sequence
+	Record   json.RawMessage `json:"record"`   // the job's final record
+}
+
+// unarchive handles a job key whose last operation removed it. A delete
+// gpuq made (an archive) records its sequence; one past the checkpoint is
+// undone in the view: the record it removed is put back, as of the
+// checkpoint, and the next flush must reach the archive again. Any other
+// removal leaves the key absent.
+func (s *Store) unarchive(view *scheduler.View, key string, e jetstream.KeyValueEntry) error {
+	kind, id, err := subjects.ParseKey(key)
+	if err != nil || kind != "job" {
+		return nil
+	}
+	var m archiveMarker
+	if json.Unmarshal(e.Value(), &m) != nil || m.V < 1 || m.Archived == 0 {
+		return nil // removed by someone else: absent, as before archives
+	}
+	s.seqs[key] = m.Archived
+	view.Ahead = max(view.Ahead, m.Archived)
+	if m.Archived <= view.Checkpoint {
+		return nil
+	}
+	seq, err := s.add(view.State, kind, id, m.Record)
+	if err != nil {
+		return foreign(e, fmt.Errorf("the record in its archive marker: %w", err))
+	}
+	if seq > view.Checkpoint {
+		return fmt.Errorf("%s: archived at %d, past checkpoint %d, from a record at %d, also past it: its state at the checkpoint is lost", key, m.Archived, view.Checkpoint, seq)
+	}
+	return nil
 }
 
 // lastSeq returns the sequence of the last message of the bucket's stream.
@@ -373,7 +428,20 @@ func (s *Store) rewind(ctx context.Context, st *ledger.State, kind, id, key stri
 	for i := len(hist) - 1; i >= 0; i-- {
 		e := hist[i]
 		if e.Operation() != jetstream.KeyValuePut {
-			break
+			// Removed before the versions after the checkpoint: by an
+			// archive past the checkpoint too (a job id used again within
+			// one cut flush), the record it removed is the one.
+			var m archiveMarker
+			if kind == "job" && json.Unmarshal(e.Value(), &m) == nil && m.V >= 1 && m.Archived > cp {
+				seq, err := s.add(st, kind, id, m.Record)
+				if err == nil && seq > cp {
+					err = fmt.Errorf("its archive marker's record is at %d, past checkpoint %d", seq, cp)
+				}
+				if err != nil {
+					return fmt.Errorf("history of %s revision %d: %w", key, e.Revision(), err)
+				}
+			}
+			return nil
 		}
 		probe := ledger.New()
 		seq, err := s.add(probe, kind, id, e.Value())
@@ -395,6 +463,12 @@ func (s *Store) rewind(ctx context.Context, st *ledger.State, kind, id, key stri
 	return nil // created after the checkpoint: it did not exist then
 }
 
+// The KV API's header that marks a removal, and its value for a purge.
+const (
+	kvOperationHeader = "KV-Operation"
+	kvPurge           = "PURGE"
+)
+
 // writeTimeout bounds the wait for a flush's acknowledgements.
 const writeTimeout = 10 * time.Second
 
@@ -414,7 +488,20 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 		}
 		m := nats.NewMsg(subjects.KVSubject(s.kv.Bucket(), r.Key))
 		m.Data = r.Value
-		f, err := s.js.PublishMsgAsync(m, jetstream.WithExpectLastSequencePerSubject(s.revs[r.Key]))
+		opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(s.revs[r.Key])}
+		if r.Delete {
+			// A purge, which drops the key's history too, leaving a
+			// marker that holds the record and expires.
+			data, err := json.Marshal(archiveMarker{V: 1, Archived: r.Seq, Record: r.Value})
+			if err != nil {
+				return fmt.Errorf("write %s: %w", r.Key, err)
+			}
+			m.Data = data
+			m.Header.Set(kvOperationHeader, kvPurge)
+			m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+			opts = append(opts, jetstream.WithMsgTTL(ArchiveMarkerTTL))
+		}
+		f, err := s.js.PublishMsgAsync(m, opts...)
 		if err != nil {
 			return fmt.Errorf("write %s: %w", r.Key, tooLarge(r, err))
 		}

@@ -23,7 +23,7 @@ import (
 	"github.com/gpuq/gpuq/subjects"
 )
 
-func setup(t *testing.T, cfg natsbus.SetupConfig) (jetstream.JetStream, jetstream.KeyValue) {
+func setup(t testing.TB, cfg natsbus.SetupConfig) (jetstream.JetStream, jetstream.KeyValue) {
 	t.Helper()
 	srv := natstest.Start(t)
 	_, js := srv.JetStream(t)
