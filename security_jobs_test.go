@@ -11,6 +11,7 @@ package gpuq_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/gpuq/gpuq/client"
 	"github.com/gpuq/gpuq/ledger"
+	"github.com/gpuq/gpuq/scheduler"
 	"github.com/gpuq/gpuq/subjects"
 	"github.com/gpuq/gpuq/wire"
 )
@@ -335,4 +337,46 @@ func processesRunning(t *testing.T, cmdline string) []string {
 		pids = append(pids, e.Name())
 	}
 	return pids
+}
+
+// TestSecurityHistory: archived jobs leave the ledger for GPUQ_HISTORY
+// (gpuq.history.<account>.<job>); a tenant finds its own there and nobody
+// else's, and the admin finds every one.
+func TestSecurityHistory(t *testing.T) {
+	d := newDeployment(t, func(c *scheduler.Config) { c.Core.JobRetention = time.Second })
+	vision, nlp := d.client(roleVision), d.client(roleNLP)
+	if final := d.run(nlp, roleNLP, "nlp-old", 10, "true"); final.Type != ledger.EventSucceeded {
+		t.Fatalf("nlp's job: %+v", final)
+	}
+	if final := d.run(vision, roleVision, "vision-old", 10, "true"); final.Type != ledger.EventSucceeded {
+		t.Fatalf("vision's job: %+v", final)
+	}
+	archived := func(c *client.Client, account, id string) (wire.History, error) {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			h, err := c.History(d.ctx, account, id)
+			if !errors.Is(err, client.ErrNotFound) || time.Now().After(deadline) {
+				return h, err
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if h, err := archived(vision, roleVision, "vision-old"); err != nil || h.Job == nil || h.Job.ID != "vision-old" {
+		t.Fatalf("vision reads its archived job: %+v, %v", h, err)
+	}
+	if h, err := archived(d.admin, "", "nlp-old"); err != nil || h.Job == nil || h.Job.Account != roleNLP {
+		t.Fatalf("the admin reads nlp's archived job: %+v, %v", h, err)
+	}
+	d.noRecord("nlp-old") // it left the ledger
+	short, cancel := context.WithTimeout(d.ctx, 2*time.Second)
+	defer cancel()
+	if h, err := vision.History(short, roleNLP, "nlp-old"); err == nil {
+		t.Errorf("vision read nlp's archived job: %+v", h)
+	}
+	if h, err := vision.History(short, "", "nlp-old"); err == nil {
+		t.Errorf("vision read nlp's archived job through every account's history: %+v", h)
+	}
+	if diffs := d.audit(); len(diffs) > 0 {
+		t.Errorf("audit: %v", diffs)
+	}
 }

@@ -122,8 +122,8 @@ func startDeployServer(t *testing.T) (*server.Server, map[string]string) {
 
 // newDeployment starts the server, the scheduler and the worker of
 // gpu-host-1 (two simulated H100s), and creates accounts vision and nlp
-// with 1000 credits each.
-func newDeployment(t *testing.T) *deployment {
+// with 1000 credits each. Options adjust the scheduler's configuration.
+func newDeployment(t *testing.T, opts ...func(*scheduler.Config)) *deployment {
 	t.Helper()
 	ns, seeds := startDeployServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -147,8 +147,12 @@ func newDeployment(t *testing.T) *deployment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := scheduler.New(scheduler.Config{Store: natsstore.New(d.sjs, d.ledger), Lease: lease, Log: natsbus.NewLog(d.sjs, d.n),
-		Publisher: natsbus.NewPublisher(d.sjs), Hosts: natsbus.NewHosts(d.hosts, d.log), Logger: d.log, DecideInterval: 20 * time.Millisecond})
+	cfg := scheduler.Config{Store: natsstore.New(d.sjs, d.ledger), Lease: lease, Log: natsbus.NewLog(d.sjs, d.n),
+		Publisher: natsbus.NewPublisher(d.sjs), Hosts: natsbus.NewHosts(d.hosts, d.log), Logger: d.log, DecideInterval: 20 * time.Millisecond}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	svc, err := scheduler.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
