@@ -376,6 +376,25 @@ func TestSecurityHistory(t *testing.T) {
 	if h, err := vision.History(short, "", "nlp-old"); err == nil {
 		t.Errorf("vision read nlp's archived job through every account's history: %+v", h)
 	}
+	// Listing (gpuq jobs --since, gpuq usage): a tenant its own, the admin
+	// everyone's.
+	list := func(c *client.Client, account string) ([]string, error) {
+		var ids []string
+		err := c.Histories(d.ctx, account, time.Time{}, func(h wire.History) error {
+			ids = append(ids, h.Job.ID)
+			return nil
+		})
+		return ids, err
+	}
+	if ids, err := list(vision, roleVision); err != nil || len(ids) != 1 || ids[0] != "vision-old" {
+		t.Errorf("vision lists its history: %v, %v", ids, err)
+	}
+	if ids, err := list(d.admin, ""); err != nil || len(ids) != 2 {
+		t.Errorf("the admin lists every history: %v, %v", ids, err)
+	}
+	if ids, err := list(vision, roleNLP); err == nil {
+		t.Errorf("vision listed nlp's history: %v", ids)
+	}
 	if diffs := d.audit(); len(diffs) > 0 {
 		t.Errorf("audit: %v", diffs)
 	}

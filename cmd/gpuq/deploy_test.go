@@ -124,7 +124,7 @@ func TestDeployRolesRunCommands(t *testing.T) {
 		t.Errorf("vision's gpuq job: %s", out)
 	}
 	// The admin runs every command that reads.
-	for _, args := range [][]string{{"jobs"}, {"job", "cli-1"}, {"why", "cli-1"}, {"hosts"}, {"logs", "cli-1"}, {"audit"}, {"prices", "show"}} {
+	for _, args := range [][]string{{"jobs"}, {"job", "cli-1"}, {"why", "cli-1"}, {"hosts"}, {"logs", "cli-1"}, {"audit"}, {"prices", "show"}, {"usage", "--by", "job"}} {
 		out := ok("admin", append(args, "--output", "json")...)
 		if !json.Valid([]byte(strings.TrimSpace(out))) {
 			t.Errorf("gpuq %s as admin printed %q", args[0], out)
@@ -139,6 +139,10 @@ func TestDeployRolesRunCommands(t *testing.T) {
 	// A submitter's account-wide reads are refused, not wrong.
 	if out, code := gpuq("vision", "audit", "--timeout", "2s"); code == exitOK {
 		t.Errorf("vision ran gpuq audit: %s", out)
+	}
+	// gpuq usage reads the journal and the whole ledger: the admin's.
+	if out, code := gpuq("vision", "usage", "--account", "vision", "--timeout", "2s"); code == exitOK {
+		t.Errorf("vision ran gpuq usage: %s", out)
 	}
 	// Without its inbox prefix a role hears no answers.
 	var out, errb bytes.Buffer

@@ -71,6 +71,8 @@ type env struct {
 	stdout, stderr io.Writer
 	conn           connFlags
 	output         string // "table" or "json"
+	// csv lets a command take --output csv as well (gpuq usage).
+	csv bool
 }
 
 func main() {
@@ -209,7 +211,13 @@ func (e *env) parse(c *command, fs *flag.FlagSet, args []string) ([]string, erro
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+	if e.csv && e.output == "csv" {
+		return pos, nil
+	}
 	if e.output != "table" && e.output != "json" {
+		if e.csv {
+			return nil, usagef("--output %q: want table, json or csv", e.output)
+		}
 		return nil, usagef("--output %q: want table or json", e.output)
 	}
 	return pos, nil
