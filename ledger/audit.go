@@ -20,7 +20,7 @@ var ErrAudit = errors.New("ledger: audit failed")
 // The zero value is not usable; call [NewBooks].
 type Books struct {
 	Accounts map[string]*BookAccount
-	jobs     map[string]*bookJob
+	jobs     map[[2]string]*bookJob // by account and job: an archived job's id is free again, on any account
 }
 
 // BookAccount is one account as recomputed from its journal.
@@ -33,14 +33,13 @@ type BookAccount struct {
 }
 
 type bookJob struct {
-	account  string
 	reserved Credits
 	settled  bool
 }
 
 // NewBooks returns empty books.
 func NewBooks() *Books {
-	return &Books{Accounts: map[string]*BookAccount{}, jobs: map[string]*bookJob{}}
+	return &Books{Accounts: map[string]*BookAccount{}, jobs: map[[2]string]*bookJob{}}
 }
 
 // Post adds one journal entry. Post an account's entries in chain order
@@ -59,7 +58,8 @@ func (b *Books) Post(e Entry) error {
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s entry for %s: %s: %w", e.Kind, e.Account, fmt.Sprintf(format, args...), ErrAudit))
 	}
-	job := b.jobs[e.Job]
+	key := [2]string{e.Account, e.Job}
+	job := b.jobs[key]
 	acct.posted++
 	switch e.Kind {
 	case EntrySeal:
@@ -76,7 +76,7 @@ func (b *Books) Post(e Entry) error {
 		if job != nil && !job.settled {
 			bad("job %s is reserved a second time", e.Job)
 		}
-		b.jobs[e.Job] = &bookJob{account: e.Account, reserved: e.Amount}
+		b.jobs[key] = &bookJob{reserved: e.Amount}
 		acct.Reserved += e.Amount
 	case EntrySettle:
 		switch {
@@ -84,8 +84,8 @@ func (b *Books) Post(e Entry) error {
 			// Reserved before the opening seal: the seal's reserved
 			// credits covered it.
 			acct.carried -= e.Held
-			job = &bookJob{account: e.Account, reserved: e.Held}
-			b.jobs[e.Job] = job
+			job = &bookJob{reserved: e.Held}
+			b.jobs[key] = job
 			if e.Amount < 0 || e.Amount > e.Held || e.Released != e.Held-e.Amount {
 				bad("job %s is charged %d and released %d of the %d it held", e.Job, e.Amount, e.Released, e.Held)
 			}
@@ -93,8 +93,6 @@ func (b *Books) Post(e Entry) error {
 			bad("job %s was never reserved", e.Job)
 		case job.settled:
 			bad("job %s was already settled", e.Job)
-		case job.account != e.Account:
-			bad("job %s was reserved on account %s", e.Job, job.account)
 		case job.reserved != e.Held:
 			bad("job %s settles a reservation of %d but reserved %d", e.Job, e.Held, job.reserved)
 		case e.Amount < 0 || e.Amount > e.Held || e.Released != e.Held-e.Amount:

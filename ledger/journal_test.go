@@ -85,3 +85,42 @@ func TestJournalOpensOldAccountsWithASeal(t *testing.T) {
 		t.Errorf("audit from the opening seal: %v", errs)
 	}
 }
+
+// TestAuditAnIDReusedOnAnotherAccount: an archived job's id is free again
+// for any account. The audit posts one account's chain at a time, so it
+// must tell b's settled j1 from a's new j1; keyed by id alone it saw a's
+// reservation of j1 and then b's older one as j1 "reserved a second time".
+func TestAuditAnIDReusedOnAnotherAccount(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	s := ledger.New()
+	var all []ledger.StoredEntry
+	seq := uint64(0)
+	apply := func(c ledger.Command) ledger.Result {
+		seq++
+		at = at.Add(time.Hour)
+		res := s.Apply(c, seq, at)
+		all = append(all, entriesOf(res)...)
+		return res
+	}
+	apply(ledger.Admin{Account: "a", ID: "op-a", Op: ledger.OpCreate, Balance: 100})
+	apply(ledger.Admin{Account: "b", ID: "op-b", Op: ledger.OpCreate, Balance: 100})
+	apply(ledger.Submit{Account: "b", ID: "j1", GPUs: 1, Cost: 10, Command: []string{"true"}})
+	apply(ledger.Cancel{Account: "b", Job: "j1"})
+	ended := s.Jobs["j1"]
+	if ended == nil || !ended.State.Terminal() {
+		t.Fatalf("b's j1: %+v", ended)
+	}
+	at = at.Add(8 * 24 * time.Hour)
+	apply(ledger.Archive{Job: "j1", Seq: ended.Seq, Retention: 7 * 24 * time.Hour})
+	if _, ok := s.Jobs["j1"]; ok {
+		t.Fatal("j1 was not archived")
+	}
+	apply(ledger.Submit{Account: "a", ID: "j1", GPUs: 1, Cost: 20, Command: []string{"true"}})
+	if j := s.Jobs["j1"]; j == nil || j.Account != "a" {
+		t.Fatalf("a's j1: %+v", j)
+	}
+	if _, errs := ledger.AuditJournal(s, s.Seq, all, nil); len(errs) > 0 {
+		t.Errorf("audit: %v", errs)
+	}
+}

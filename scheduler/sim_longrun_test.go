@@ -133,14 +133,17 @@ func (r *longRun) interarrival() time.Duration {
 
 // submitOne submits a job of minutes to hours on acct: account c's are
 // metered, some fail, some fail by the infrastructure first, some are
-// cancelled, and a few reuse the id of an archived job.
+// cancelled, and a few reuse the id of an archived job of any account.
 func (r *longRun) submitOne(acct string) {
 	r.n++
 	id := fmt.Sprintf("j%d", r.n)
-	if ids := r.archived[acct]; len(ids) > 0 && r.rng.IntN(50) == 0 {
+	// The archived id may be another account's: an archived id is free
+	// again for any account, and the audit must not confuse the two jobs.
+	from := []string{"a", "b", "c"}[r.rng.IntN(3)]
+	if ids := r.archived[from]; len(ids) > 0 && r.rng.IntN(50) == 0 {
 		k := r.rng.IntN(len(ids))
 		id = ids[k]
-		r.archived[acct] = slices.Delete(ids, k, k+1)
+		r.archived[from] = slices.Delete(ids, k, k+1)
 		r.reused++
 	}
 	// Runtimes are log-uniform from 2 minutes to 4 hours.
