@@ -401,7 +401,13 @@ func runAudit(ctx context.Context, e *env, args []string) error {
 	stuckAfter := fs.Duration("stuck-after", 2*time.Minute, "how long a command may wait unapplied before audit says the scheduler is stuck")
 	full := fs.Bool("full", false, "read and check every account's whole journal from the start, not only from its newest seal")
 	margin := fs.Duration("seal-margin", natsbus.SealMargin, "how long before each account's newest seal (by its command's time) to start reading its journal: the most the journal stream's server clock may run behind the command stream's")
-	s, err := e.noArgs(c, fs, args)
+	if err := e.parseNoArgs(c, fs, args); err != nil {
+		return err
+	}
+	if *margin < 0 {
+		return usagef("--seal-margin %v: want 0 or more", *margin)
+	}
+	s, err := e.session()
 	if err != nil {
 		return err
 	}

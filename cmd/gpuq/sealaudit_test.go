@@ -137,4 +137,7 @@ func TestAuditReadsFromSeals(t *testing.T) {
 	if rep, r := audit(); rep.OK || r.code != exitAudit || !strings.Contains(strings.Join(rep.Differences, "\n"), "account demo: entry 1030 is missing, before entry 1031") {
 		t.Errorf("audit with entry 1030, after the seal, removed: exit %d: %+v", r.code, rep)
 	}
+	if r := d.gpuq("audit", "--seal-margin", "-1s"); r.code != exitUsage || !strings.Contains(r.stderr, "--seal-margin -1s: want 0 or more") {
+		t.Errorf("audit --seal-margin -1s: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
 }
