@@ -37,7 +37,7 @@ type Journal struct {
 func ReadJournal(ctx context.Context, js jetstream.JetStream, n subjects.Names) (Journal, error) {
 	var j Journal
 	var err error
-	if j.Chained, j.Read, err = readWith(ctx, js, n, n.JournalStream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{n.JournalAll()}}, &j.Bad); err != nil {
+	if j.Chained, j.Read, err = readWith(ctx, js, n, n.JournalStream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{n.JournalAll()}}, &j.Bad, nil); err != nil {
 		return j, err
 	}
 	if j.Legacy, err = readEntries(ctx, js, n, n.EventsStream(), &j.Bad); err != nil {
@@ -47,14 +47,16 @@ func ReadJournal(ctx context.Context, js jetstream.JetStream, n subjects.Names) 
 }
 
 func readEntries(ctx context.Context, js jetstream.JetStream, n subjects.Names, stream string, bad *[]string) ([]ledger.StoredEntry, error) {
-	out, _, err := readWith(ctx, js, n, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{n.JournalAll()}}, bad)
+	out, _, err := readWith(ctx, js, n, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{n.JournalAll()}}, bad, nil)
 	return out, err
 }
 
 // readWith reads the journal entries an ordered consumer of stream made
 // with cfg delivers, up to the last one stored when it was made, and how
-// many messages it read.
-func readWith(ctx context.Context, js jetstream.JetStream, n subjects.Names, stream string, cfg jetstream.OrderedConsumerConfig, bad *[]string) ([]ledger.StoredEntry, uint64, error) {
+// many messages it read. Unless name is nil it is set to the consumer's
+// name on the server as it ends (an ordered consumer is made again, under
+// a new name, if its messages come out of order).
+func readWith(ctx context.Context, js jetstream.JetStream, n subjects.Names, stream string, cfg jetstream.OrderedConsumerConfig, bad *[]string, name *string) ([]ledger.StoredEntry, uint64, error) {
 	cons, err := js.OrderedConsumer(ctx, stream, cfg)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, 0, nil
@@ -105,6 +107,9 @@ func readWith(ctx context.Context, js jetstream.JetStream, n subjects.Names, str
 			return nil, read, fmt.Errorf("the journal in %s stopped with %d entries unread", stream, remaining)
 		}
 		remaining -= uint64(got)
+	}
+	if name != nil {
+		*name = cons.CachedInfo().Name
 	}
 	return out, read, nil
 }

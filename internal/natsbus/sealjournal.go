@@ -41,6 +41,10 @@ const SealMargin = 10 * time.Minute
 // before an account's newest seal is not looked at; [ReadJournal] is the
 // read that checks it.
 //
+// Each consumer is deleted once read (a stream takes at most 1,000 by
+// default, and an ordered consumer left alone lingers for minutes), which
+// under deploy/ needs the admin's $JS.API.CONSUMER.DELETE.GPUQ_JOURNAL.*.
+//
 // A journal subject of the stream that no chained account of s owns (an
 // account with no ledger record, or one with no chain) is read whole, so
 // that entries inserted there are reported. Legacy entries in the events
@@ -64,7 +68,7 @@ func ReadJournalFromSeals(ctx context.Context, js jetstream.JetStream, n subject
 	}
 	whole := func(subject string) ([]ledger.StoredEntry, []string, error) {
 		var bad []string
-		es, k, err := readWith(ctx, js, n, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}}, &bad)
+		es, k, err := readDropping(ctx, js, n, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}}, &bad)
 		j.Read += k
 		return es, bad, err
 	}
@@ -83,7 +87,7 @@ func ReadJournalFromSeals(ctx context.Context, js jetstream.JetStream, n subject
 			cfg.OptStartTime = &start
 		}
 		var bad []string
-		es, k, err := readWith(ctx, js, n, stream, cfg, &bad)
+		es, k, err := readDropping(ctx, js, n, stream, cfg, &bad)
 		j.Read += k
 		if err != nil {
 			return j, err
@@ -112,4 +116,21 @@ func ReadJournalFromSeals(ctx context.Context, js jetstream.JetStream, n subject
 		return j, err
 	}
 	return j, nil
+}
+
+// readDropping reads as [readWith] does with an ordered consumer that the
+// server drops after a few seconds unused, and deletes it once read.
+func readDropping(ctx context.Context, js jetstream.JetStream, n subjects.Names, stream string, cfg jetstream.OrderedConsumerConfig, bad *[]string) ([]ledger.StoredEntry, uint64, error) {
+	cfg.InactiveThreshold = 10 * time.Second
+	var name string
+	es, read, err := readWith(ctx, js, n, stream, cfg, bad, &name)
+	if err != nil {
+		return nil, read, err
+	}
+	if name != "" {
+		if err := js.DeleteConsumer(ctx, stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, read, fmt.Errorf("delete consumer %s of %s once read: %w", name, stream, err)
+		}
+	}
+	return es, read, nil
 }
