@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -47,7 +48,7 @@ const SealMargin = 10 * time.Minute
 //
 // A journal subject of the stream that no chained account of s owns (an
 // account with no ledger record, or one with no chain) is read whole, so
-// that entries inserted there are reported. Legacy entries in the events
+// that entries inserted there are reported. Reads run a few at a time. Legacy entries in the events
 // stream, kept no longer than events, are read whole.
 func ReadJournalFromSeals(ctx context.Context, js jetstream.JetStream, n subjects.Names, s *ledger.State, checkpoint uint64, margin time.Duration) (Journal, error) {
 	var j Journal
@@ -66,51 +67,43 @@ func ReadJournalFromSeals(ctx context.Context, js jetstream.JetStream, n subject
 		j.Stored = info.State.Msgs
 		subjectCounts = info.State.Subjects
 	}
-	whole := func(subject string) ([]ledger.StoredEntry, []string, error) {
-		var bad []string
-		es, k, err := readDropping(ctx, js, n, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}}, &bad)
-		j.Read += k
-		return es, bad, err
-	}
+	// One read per chained account of s (from its seal), then one per
+	// subject that no chained account owns (whole).
+	var reads []accountRead
 	owned := map[string]bool{}
 	for _, id := range slices.Sorted(maps.Keys(s.Accounts)) {
-		head := s.Accounts[id].Journal
-		if head.N == 0 {
-			continue
+		if head := s.Accounts[id].Journal; head.N > 0 {
+			reads = append(reads, accountRead{account: id, subjects: []string{n.Journal(id)}, head: head, fromSeal: true})
+			owned[n.Journal(id)] = true
 		}
-		subject := n.Journal(id)
-		owned[subject] = true
-		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}}
-		if !head.SealedAt.IsZero() {
-			start := head.SealedAt.Add(-margin)
-			cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
-			cfg.OptStartTime = &start
-		}
-		var bad []string
-		es, k, err := readDropping(ctx, js, n, stream, cfg, &bad)
-		j.Read += k
-		if err != nil {
-			return j, err
-		}
-		if why := ledger.CheckFromSeal(id, es, head, checkpoint); why != nil {
-			j.Whole = append(j.Whole, fmt.Sprintf("account %s read whole: %s", id, strings.Split(why.Error(), "\n")[0]))
-			if es, bad, err = whole(subject); err != nil {
-				return j, err
-			}
-		}
-		j.Chained = append(j.Chained, es...)
-		j.Bad = append(j.Bad, bad...)
 	}
 	for _, subject := range slices.Sorted(maps.Keys(subjectCounts)) {
-		if owned[subject] {
-			continue
+		if !owned[subject] {
+			reads = append(reads, accountRead{subjects: []string{subject}})
 		}
-		es, bad, err := whole(subject)
-		if err != nil {
-			return j, err
+	}
+	// A few at a time: each costs round trips more than messages.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, parallelReads)
+	for i := range reads {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			reads[i].run(ctx, js, n, stream, checkpoint, margin)
+		}()
+	}
+	wg.Wait()
+	for _, r := range reads {
+		j.Read += r.read
+		if r.err != nil {
+			return j, r.err
 		}
-		j.Chained = append(j.Chained, es...)
-		j.Bad = append(j.Bad, bad...)
+		if r.whole != "" {
+			j.Whole = append(j.Whole, r.whole)
+		}
+		j.Chained = append(j.Chained, r.entries...)
+		j.Bad = append(j.Bad, r.bad...)
 	}
 	if j.Legacy, err = readEntries(ctx, js, n, n.EventsStream(), &j.Bad); err != nil {
 		return j, err
@@ -133,4 +126,48 @@ func readDropping(ctx context.Context, js jetstream.JetStream, n subjects.Names,
 		}
 	}
 	return es, read, nil
+}
+
+// parallelReads is how many journal reads [ReadJournalFromSeals] keeps in
+// flight. (One consumer filtering many subjects is no cheaper: the server
+// checks its filters against each other and the stream's subject tree.)
+const parallelReads = 8
+
+// accountRead is one read of [ReadJournalFromSeals]: of a chained
+// account's subject from its newest seal (fromSeal), else of a subject
+// whole.
+type accountRead struct {
+	account  string
+	subjects []string
+	head     ledger.JournalHead
+	fromSeal bool
+
+	entries []ledger.StoredEntry
+	bad     []string
+	read    uint64
+	whole   string // why a read from the seal was done again whole
+	err     error
+}
+
+func (r *accountRead) run(ctx context.Context, js jetstream.JetStream, n subjects.Names, stream string, checkpoint uint64, margin time.Duration) {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: r.subjects}
+	if r.fromSeal && !r.head.SealedAt.IsZero() {
+		start := r.head.SealedAt.Add(-margin)
+		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
+		cfg.OptStartTime = &start
+	}
+	var k uint64
+	r.entries, k, r.err = readDropping(ctx, js, n, stream, cfg, &r.bad)
+	r.read += k
+	if r.err != nil || !r.fromSeal {
+		return
+	}
+	why := ledger.CheckFromSeal(r.account, r.entries, r.head, checkpoint)
+	if why == nil {
+		return
+	}
+	r.whole = fmt.Sprintf("account %s read whole: %s", r.account, strings.Split(why.Error(), "\n")[0])
+	r.bad = nil
+	r.entries, k, r.err = readDropping(ctx, js, n, stream, jetstream.OrderedConsumerConfig{FilterSubjects: r.subjects}, &r.bad)
+	r.read += k
 }

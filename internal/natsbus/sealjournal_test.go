@@ -78,6 +78,14 @@ func TestJournalFromSealsReadsOnlySinceTheSeal(t *testing.T) {
 	if j.Read != 55 || j.Stored != 1054 || len(j.Whole) != 0 {
 		t.Errorf("read %d of %d entries, whole %q; want 55 of 1054, none whole", j.Read, j.Stored, j.Whole)
 	}
+	// No consumer is left behind: a stream takes 1,000 by default.
+	s, err := f.js.Stream(f.ctx, f.n.JournalStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := s.Info(f.ctx); err != nil || info.State.Consumers != 0 {
+		t.Errorf("after the read from seals the journal has consumers: %+v, %v", info.State, err)
+	}
 	if got := f.audit(); got != "" {
 		t.Errorf("whole audit of an untouched journal: %s", got)
 	}
