@@ -318,10 +318,10 @@ func (d *deployment) healthy(victim string, before ledger.Account) {
 	}
 }
 
-// audit does what gpuq audit does, as the admin: it loads the ledger view,
-// reads the journal and checks every account's chain and balances against
-// it as of its checkpoint. It returns the
-// differences.
+// audit does what gpuq audit and gpuq audit --full do, as the admin: it
+// loads the ledger view, reads the journal (whole, and from each account's
+// newest seal) and checks every account's chain and balances against it as
+// of its checkpoint. It returns the differences.
 func (d *deployment) audit() []string {
 	d.t.Helper()
 	ajs := d.js(roleAdmin)
@@ -341,6 +341,18 @@ func (d *deployment) audit() []string {
 	_, errs := ledger.AuditJournal(view.State, view.Checkpoint, j.Chained, j.Legacy)
 	for _, err := range errs {
 		diffs = append(diffs, err.Error())
+	}
+	// And as gpuq audit does by default: from each account's newest seal.
+	j, err = natsbus.ReadJournalFromSeals(d.ctx, ajs, d.n, view.State, view.Checkpoint, natsbus.SealMargin)
+	if err != nil {
+		d.t.Fatalf("admin reads the journal from the seals: %v", err)
+	}
+	for _, b := range j.Bad {
+		diffs = append(diffs, "from seals: "+b)
+	}
+	_, errs = ledger.AuditJournal(view.State, view.Checkpoint, j.Chained, j.Legacy)
+	for _, err := range errs {
+		diffs = append(diffs, "from seals: "+err.Error())
 	}
 	if err := view.State.CheckInvariants(); err != nil {
 		diffs = append(diffs, err.Error())

@@ -133,8 +133,11 @@ func TestDeployRolesRunCommands(t *testing.T) {
 	if out := ok("admin", "hosts"); !strings.Contains(out, "gpu-host-1") {
 		t.Errorf("admin's gpuq hosts: %s", out)
 	}
-	if out := ok("admin", "audit"); !strings.Contains(out, "audit ok") {
+	if out := ok("admin", "audit"); !strings.Contains(out, "audit ok") || !strings.Contains(out, "from seals:") {
 		t.Errorf("admin's gpuq audit: %s", out)
+	}
+	if out := ok("admin", "audit", "--full"); !strings.Contains(out, "audit ok") || !strings.Contains(out, "in full:") {
+		t.Errorf("admin's gpuq audit --full: %s", out)
 	}
 	// A submitter's account-wide reads are refused, not wrong.
 	if out, code := gpuq("vision", "audit", "--timeout", "2s"); code == exitOK {

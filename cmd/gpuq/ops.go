@@ -47,8 +47,9 @@ func init() {
 	register(&command{
 		name:    "audit",
 		summary: "recompute every balance from the journal and compare it with the ledger; say if the scheduler is stuck",
-		usage:   "audit [--stuck-after D]",
+		usage:   "audit [--full] [--stuck-after D]",
 		example: `  gpuq audit            # exit 0 when they agree and the fold keeps up, 5 with every difference printed
+  gpuq audit --full     # read and check every account's whole journal, not only from its newest seal
   gpuq audit --stuck-after 30s   # a command unapplied for longer means the scheduler is stuck`,
 		run: runAudit,
 	})
@@ -332,6 +333,14 @@ type auditReport struct {
 	Entries     int      `json:"entries"`
 	OK          bool     `json:"ok"`
 	Differences []string `json:"differences"`
+	// From is where each account's journal was read from: "seals" (its
+	// newest seal on) or "start" (--full). Read is how many journal
+	// messages were read, Stored how many the journal stream holds (from
+	// seals only), Whole the accounts read whole after all, and why.
+	From   string   `json:"from"`
+	Read   uint64   `json:"read"`
+	Stored uint64   `json:"stored,omitempty"`
+	Whole  []string `json:"whole,omitempty"`
 	// LogLast is the command log's last sequence; Stuck is set when the
 	// oldest command past the checkpoint has waited longer than
 	// --stuck-after.
@@ -390,7 +399,15 @@ func runAudit(ctx context.Context, e *env, args []string) error {
 	c := find("audit")
 	fs := e.flags(c)
 	stuckAfter := fs.Duration("stuck-after", 2*time.Minute, "how long a command may wait unapplied before audit says the scheduler is stuck")
-	s, err := e.noArgs(c, fs, args)
+	full := fs.Bool("full", false, "read and check every account's whole journal from the start, not only from its newest seal")
+	margin := fs.Duration("seal-margin", natsbus.SealMargin, "how long before each account's newest seal (by its command's time) to start reading its journal: the most the journal stream's server clock may run behind the command stream's")
+	if err := e.parseNoArgs(c, fs, args); err != nil {
+		return err
+	}
+	if *margin < 0 {
+		return usagef("--seal-margin %v: want 0 or more", *margin)
+	}
+	s, err := e.session()
 	if err != nil {
 		return err
 	}
@@ -399,7 +416,7 @@ func runAudit(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	rep, err := audit(ctx, s, view)
+	rep, err := audit(ctx, s, view, *full, *margin)
 	if err != nil {
 		return err
 	}
@@ -419,12 +436,18 @@ func runAudit(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	} else if rep.OK {
-		fmt.Fprintf(e.stdout, "audit ok: %d accounts agree with %d journal entries up to command %d\n", rep.Accounts, rep.Entries, rep.Checkpoint)
+		fmt.Fprintf(e.stdout, "audit ok: %d accounts agree with %d journal entries up to command %d (%s)\n", rep.Accounts, rep.Entries, rep.Checkpoint, rep.readSummary())
+		for _, w := range rep.Whole {
+			fmt.Fprintf(e.stdout, "  note: %s\n", w)
+		}
 		for _, r := range rep.Refused {
 			fmt.Fprintf(e.stdout, "  note: command %d is to be refused when folded: %s\n", r.Seq, r.Why)
 		}
 	} else {
-		fmt.Fprintf(e.stdout, "audit FAILED: %d differences up to command %d:\n", len(rep.Differences), rep.Checkpoint)
+		fmt.Fprintf(e.stdout, "audit FAILED: %d differences up to command %d (%s):\n", len(rep.Differences), rep.Checkpoint, rep.readSummary())
+		for _, w := range rep.Whole {
+			fmt.Fprintf(e.stdout, "  note: %s\n", w)
+		}
 		for _, d := range rep.Differences {
 			fmt.Fprintf(e.stdout, "  - %s\n", d)
 		}
@@ -439,12 +462,23 @@ func runAudit(ctx context.Context, e *env, args []string) error {
 // events stream) and checks it against the view as of its checkpoint
 // (entries past it belong to a flush in progress): every account's hash
 // chain, and the balances recomputed from it (see ledger.AuditJournal).
-func audit(ctx context.Context, s *session, view *scheduler.View) (auditReport, error) {
-	rep := auditReport{Checkpoint: view.Checkpoint, Accounts: len(view.State.Accounts), Differences: []string{}}
-	j, err := natsbus.ReadJournal(ctx, s.js, s.n)
+// Unless full, each account's journal is read only from its newest seal on
+// (see natsbus.ReadJournalFromSeals), in time proportional to the journal
+// since the seals; full reads every entry from the start.
+func audit(ctx context.Context, s *session, view *scheduler.View, full bool, margin time.Duration) (auditReport, error) {
+	rep := auditReport{Checkpoint: view.Checkpoint, Accounts: len(view.State.Accounts), Differences: []string{}, From: "seals"}
+	var j natsbus.Journal
+	var err error
+	if full {
+		rep.From = "start"
+		j, err = natsbus.ReadJournal(ctx, s.js, s.n)
+	} else {
+		j, err = natsbus.ReadJournalFromSeals(ctx, s.js, s.n, view.State, view.Checkpoint, margin)
+	}
 	if err != nil {
 		return rep, err
 	}
+	rep.Read, rep.Stored, rep.Whole = j.Read, j.Stored, j.Whole
 	rep.Differences = append(rep.Differences, j.Bad...)
 	n, errs := ledger.AuditJournal(view.State, view.Checkpoint, j.Chained, j.Legacy)
 	rep.Entries = n
@@ -456,4 +490,12 @@ func audit(ctx context.Context, s *session, view *scheduler.View) (auditReport, 
 	}
 	rep.OK = len(rep.Differences) == 0
 	return rep, nil
+}
+
+// readSummary says how much of the journal audit read.
+func (r auditReport) readSummary() string {
+	if r.From == "start" {
+		return fmt.Sprintf("in full: %d journal messages read", r.Read)
+	}
+	return fmt.Sprintf("from seals: %d of %d journal messages read", r.Read, r.Stored)
 }

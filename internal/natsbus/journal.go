@@ -23,6 +23,12 @@ type Journal struct {
 	Legacy []ledger.StoredEntry
 	// Bad says why each message that is not a journal entry was left out.
 	Bad []string
+	// Read is how many messages were read from the journal stream, and
+	// Stored how many it held (0 if not asked: [ReadJournal] reads them
+	// all). Whole names the accounts whose journal [ReadJournalFromSeals]
+	// read whole, with why.
+	Read, Stored uint64
+	Whole        []string
 }
 
 // ReadJournal reads every journal entry kept in the journal stream and,
@@ -31,7 +37,7 @@ type Journal struct {
 func ReadJournal(ctx context.Context, js jetstream.JetStream, n subjects.Names) (Journal, error) {
 	var j Journal
 	var err error
-	if j.Chained, err = readEntries(ctx, js, n, n.JournalStream(), &j.Bad); err != nil {
+	if j.Chained, j.Read, err = readWith(ctx, js, n, n.JournalStream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{n.JournalAll()}}, &j.Bad, nil); err != nil {
 		return j, err
 	}
 	if j.Legacy, err = readEntries(ctx, js, n, n.EventsStream(), &j.Bad); err != nil {
@@ -41,23 +47,34 @@ func ReadJournal(ctx context.Context, js jetstream.JetStream, n subjects.Names) 
 }
 
 func readEntries(ctx context.Context, js jetstream.JetStream, n subjects.Names, stream string, bad *[]string) ([]ledger.StoredEntry, error) {
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{n.JournalAll()}})
+	out, _, err := readWith(ctx, js, n, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{n.JournalAll()}}, bad, nil)
+	return out, err
+}
+
+// readWith reads the journal entries an ordered consumer of stream made
+// with cfg delivers, up to the last one stored when it was made, and how
+// many messages it read. Unless name is nil it is set to the consumer's
+// name on the server as it ends (an ordered consumer is made again, under
+// a new name, if its messages come out of order).
+func readWith(ctx context.Context, js jetstream.JetStream, n subjects.Names, stream string, cfg jetstream.OrderedConsumerConfig, bad *[]string, name *string) ([]ledger.StoredEntry, uint64, error) {
+	cons, err := js.OrderedConsumer(ctx, stream, cfg)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, nil
+		return nil, 0, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read the journal in %s: %w", stream, err)
+		return nil, 0, fmt.Errorf("read the journal in %s: %w", stream, err)
 	}
 	info, err := cons.Info(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("read the journal in %s: %w", stream, err)
+		return nil, 0, fmt.Errorf("read the journal in %s: %w", stream, err)
 	}
 	var out []ledger.StoredEntry
+	var read uint64
 	seen := map[string]bool{}
 	for remaining := info.NumPending; remaining > 0; {
 		batch, err := cons.Fetch(int(min(remaining, 1000)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			return nil, err
+			return nil, read, err
 		}
 		got := 0
 		for m := range batch.Messages() {
@@ -82,13 +99,17 @@ func readEntries(ctx context.Context, js jetstream.JetStream, n subjects.Names, 
 			}
 			out = append(out, ledger.StoredEntry{Entry: e.Ledger(), Msg: at})
 		}
+		read += uint64(got)
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return nil, err
+			return nil, read, err
 		}
 		if got == 0 {
-			return nil, fmt.Errorf("the journal in %s stopped with %d entries unread", stream, remaining)
+			return nil, read, fmt.Errorf("the journal in %s stopped with %d entries unread", stream, remaining)
 		}
 		remaining -= uint64(got)
 	}
-	return out, nil
+	if name != nil {
+		*name = cons.CachedInfo().Name
+	}
+	return out, read, nil
 }

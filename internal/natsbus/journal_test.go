@@ -40,13 +40,7 @@ type journalFixture struct {
 // hours, each reserved and settled) and publishes every journal entry.
 func newJournal(t *testing.T) *journalFixture {
 	t.Helper()
-	_, js := natstest.Start(t).JetStream(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	f := &journalFixture{t: t, ctx: ctx, js: js, n: subjects.Default, state: ledger.New()}
-	if err := natsbus.Setup(ctx, js, f.n, natsbus.SetupConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	f := newJournalAt(t)
 	at := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	f.apply(ledger.Admin{Account: "vision", ID: "op-1", Op: ledger.OpCreate, Balance: 100000}, at)
 	for i := range 18 {
@@ -54,6 +48,19 @@ func newJournal(t *testing.T) *journalFixture {
 		job := fmt.Sprintf("j%d", i)
 		f.apply(ledger.Submit{Account: "vision", ID: job, GPUs: 1, Cost: 10, Command: []string{"true"}}, at)
 		f.apply(ledger.Cancel{Account: "vision", Job: job}, at.Add(time.Minute))
+	}
+	return f
+}
+
+// newJournalAt starts a server with gpuq's streams and an empty ledger.
+func newJournalAt(t *testing.T) *journalFixture {
+	t.Helper()
+	_, js := natstest.Start(t).JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	f := &journalFixture{t: t, ctx: ctx, js: js, n: subjects.Default, state: ledger.New()}
+	if err := natsbus.Setup(ctx, js, f.n, natsbus.SetupConfig{}); err != nil {
+		t.Fatal(err)
 	}
 	return f
 }
