@@ -66,30 +66,55 @@ type Server struct {
 // directory. It is shut down when the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	port := freePort(t)
-	s := &Server{opts: &server.Options{
-		Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(),
-		NoLog: true, NoSigs: true,
-	}, urls: []string{clientURL(port)}}
-	s.start(t)
-	t.Cleanup(s.Stop)
-	return s
+	store := t.TempDir()
+	// Another test process may take the port between freePort's probe and
+	// the server's listen (a server of its own coming back on its old
+	// port): then try another port.
+	for try := 1; ; try++ {
+		port := freePort(t)
+		s := &Server{opts: &server.Options{
+			Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: store,
+			NoLog: true, NoSigs: true,
+		}, urls: []string{clientURL(port)}}
+		err := s.tryStart(startTimeout)
+		if err == nil {
+			t.Cleanup(s.Stop)
+			return s
+		}
+		if try == 3 {
+			t.Fatal(err)
+		}
+	}
 }
+
+// startTimeout bounds a first start on a fresh port, which is quick unless
+// the port was taken meanwhile.
+const startTimeout = 5 * time.Second
 
 // start runs a new server with a copy of the server's options.
 func (s *Server) start(t testing.TB) {
 	t.Helper()
+	if err := s.tryStart(readyTimeout); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryStart runs a new server with a copy of the server's options and waits
+// up to timeout for it to take connections.
+func (s *Server) tryStart(timeout time.Duration) error {
 	ns, err := server.NewServer(s.opts.Clone())
 	if err != nil {
-		t.Fatalf("start nats-server %s: %v", s.opts.ServerName, err)
+		return fmt.Errorf("start nats-server %s: %w", s.opts.ServerName, err)
 	}
 	go ns.Start()
-	if !ns.ReadyForConnections(readyTimeout) {
+	if !ns.ReadyForConnections(timeout) {
 		ns.Shutdown()
-		t.Fatalf("nats-server %s not ready for connections on port %d after %v (is the port taken?)",
-			s.opts.ServerName, s.opts.Port, readyTimeout)
+		ns.WaitForShutdown()
+		return fmt.Errorf("nats-server %s not ready for connections on port %d after %v (is the port taken?)",
+			s.opts.ServerName, s.opts.Port, timeout)
 	}
 	s.Server, s.up = ns, true
+	return nil
 }
 
 // Stop shuts the server down and waits until it has. Its clients see it go
