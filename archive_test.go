@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gpuq/gpuq/client"
+	"github.com/gpuq/gpuq/internal/natsstore"
 	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/scheduler"
 	"github.com/gpuq/gpuq/subjects"
@@ -58,7 +59,8 @@ func TestFinishedJobsAreArchived(t *testing.T) {
 	w := c.worker("h1")
 	from := runToSuccess(c, w, "j1")
 
-	c.waitArchived("vision", "j1", from)
+	arch := c.waitArchived("vision", "j1", from)
+	c.waitCheckpointed(arch.Seq) // the event is sent before the checkpoint passes it
 	if _, err := c.ledger.Get(c.ctx(), subjects.JobKey("j1")); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Errorf("the archived job's key: %v, want it gone", err)
 	}
@@ -87,6 +89,7 @@ func TestFinishedJobsAreArchived(t *testing.T) {
 	s2 := c.startScheduler("s2", schedOpts{core: scheduler.CoreConfig{JobRetention: time.Hour}})
 	s2.waitLeading(t, 10*time.Second)
 	runToSuccess(c, w, "j1")
+	c.waitSettled("j1") // the answer is sent before the checkpoint passes it
 	st := c.audit()
 	if j := st.Jobs["j1"]; j == nil || j.SubmitSeq <= h.Seq {
 		t.Errorf("the id used again: %+v, want a new job submitted after the archive at %d", j, h.Seq)
@@ -145,6 +148,26 @@ func TestArchiveCutAfterTheDeleteIsRedone(t *testing.T) {
 
 // waitArchived waits for the archived event of job, after the events from
 // fromSeq on (a watch ends at the job's final event, before it).
+// waitCheckpointed waits until the stored ledger's checkpoint reaches seq,
+// so a view loaded from it shows what the command at seq did.
+func (c *cluster) waitCheckpointed(seq uint64) {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		view, err := natsstore.New(c.js, c.ledger).Load(c.ctx())
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if view.Checkpoint >= seq {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("the checkpoint is at %d, not %d, after 20s", view.Checkpoint, seq)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func (c *cluster) waitArchived(account, job string, fromSeq uint64) wire.JobEvent {
 	c.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)

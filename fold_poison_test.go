@@ -120,6 +120,7 @@ func TestAForeignValueAtALedgerKeyIsRepaired(t *testing.T) {
 	}
 	c.startScheduler("s2", schedOpts{})
 	c.runNext(w, "a", "second", 10)
+	c.waitSettled("second") // the answer is sent before the checkpoint passes it
 	st := c.audit()
 	if a := st.Accounts["a"]; a.Balance != 80 || a.Reserved != 0 {
 		t.Errorf("account a: balance %d, reserved %d; want 80, 0", a.Balance, a.Reserved)
