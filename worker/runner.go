@@ -77,7 +77,11 @@ func (p *process) signal(sig syscall.Signal) {
 	p.mu.Lock()
 	alive := !p.reaped
 	p.mu.Unlock()
-	_ = syscall.Kill(-pid, sig) // ESRCH: the group is gone, which is the aim
+	if alive || !p.pooled() {
+		// Once the leader is reaped and its group empty, its pid may be
+		// another process's; a pool's uid finds every process anyway.
+		_ = syscall.Kill(-pid, sig) // ESRCH: the group is gone, which is the aim
+	}
 	if err := p.sb.signalAttempt(p.jail, pid, alive, sig); err != nil {
 		p.log.Warn("signal the attempt's processes", slog.String("signal", sig.String()), slog.Any("err", err))
 	}
@@ -139,9 +143,14 @@ func (p *process) wait(walltime time.Duration) Outcome {
 // sweep kills every process of the attempt that is left and reports nil
 // once none is, or an error naming survivors.
 func (p *process) sweep() error {
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL) // ESRCH when none are left
+	if !p.pooled() { // with a pool the uid finds them all; the reaped leader's pid may be reused
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL) // ESRCH when none are left
+	}
 	return p.sb.sweepAttempt(p.jail, p.cmd.Process.Pid, false)
 }
+
+// pooled reports whether the attempt runs under a uid of its own.
+func (p *process) pooled() bool { return p.jail != nil && p.jail.pooled }
 
 // exitCode is the process's exit status, 128+signal when a signal killed
 // it, or -1 when it has no state.
