@@ -106,8 +106,10 @@ func startScheduler(ctx context.Context, nc *nats.Conn, n subjects.Names, o sche
 		return nil, err
 	}
 	lease.Logger = log.With("component", "scheduler")
+	store := natsstore.New(js, lkv)
+	store.Names = n
 	return scheduler.New(scheduler.Config{
-		Store: natsstore.New(js, lkv), Lease: lease, Log: natsbus.NewLog(js, n),
+		Store: store, Lease: lease, Log: natsbus.NewLog(js, n),
 		Publisher: natsbus.NewPublisher(js), Hosts: natsbus.NewHosts(hkv, log),
 		Names: n, Logger: log, Core: o.core, MaxMessageBytes: maxEffectBytes(nc.MaxPayload()),
 		RetainApplied: o.retainApplied,

@@ -29,6 +29,7 @@ import (
 	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/scheduler"
 	"github.com/gpuq/gpuq/subjects"
+	"github.com/gpuq/gpuq/wire"
 )
 
 // Store is the ledger view in bucket gpuq_ledger. It remembers the revision
@@ -36,10 +37,15 @@ import (
 // the remembered revision. A Store serves one leadership term: Load again
 // after a new lease.
 type Store struct {
-	js   jetstream.JetStream
-	kv   jetstream.KeyValue
-	revs map[string]uint64
-	seqs map[string]uint64
+	js jetstream.JetStream
+	kv jetstream.KeyValue
+	// Names names the history stream an archived job's final record is
+	// read back from when a load finds its archive past the checkpoint.
+	// New sets it to subjects.Default; set it before Load for another
+	// prefix.
+	Names subjects.Names
+	revs  map[string]uint64
+	seqs  map[string]uint64
 	// cp is the checkpoint as last loaded or written, and refused the
 	// refusals above it.
 	cp      uint64
@@ -48,7 +54,7 @@ type Store struct {
 
 // New returns a store over kv, the ledger bucket, published to through js.
 func New(js jetstream.JetStream, kv jetstream.KeyValue) *Store {
-	return &Store{js: js, kv: kv, revs: map[string]uint64{}, seqs: map[string]uint64{}}
+	return &Store{js: js, kv: kv, Names: subjects.Default, revs: map[string]uint64{}, seqs: map[string]uint64{}}
 }
 
 type checkpoint struct {
@@ -206,7 +212,7 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 		}
 	}
 	for key, e := range removed {
-		if err := s.unarchive(view, key, e); err != nil {
+		if err := s.unarchive(ctx, view, key, e); err != nil {
 			return nil, false, err
 		}
 	}
@@ -217,21 +223,29 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 }
 
 // ArchiveMarkerTTL is how long the marker an archive leaves at a job's
-// key lives. The marker holds the job's final record and the archive's
-// sequence, so a load whose checkpoint is below the archive (a flush cut
-// short after the delete) puts the record back for the archive to be
-// applied again; once the checkpoint is past it, nothing needs it. It
+// key lives. The marker names the archive's sequence and the job's account,
+// not its record: the record is in the history stream, written before the
+// delete. A load whose checkpoint is below the archive (a flush cut short
+// after the delete) reads the record back from the history for the archive
+// to be applied again; once the checkpoint is past it, nothing needs it. It
 // bounds how long a crashed flush may wait for the next leader: a load
-// after the marker expired finds the job archived, which the history
-// stream (written before the delete) already holds.
+// after the marker expired finds the job gone, and the archive applied
+// again answers that the ledger no longer holds it, which changes no
+// balance (the history already holds the record).
+//
+// Markers are small (about 100 bytes), so a takeover the day after a
+// million archives reads a few hundred bytes for each of them, not their
+// records.
 const ArchiveMarkerTTL = 24 * time.Hour
 
 // archiveMarker is the body of the marker an archive leaves at a job's
-// key.
+// key. Version 1 markers (written by earlier versions) held the record itself;
+// version 2 ones name the account whose history holds it.
 type archiveMarker struct {
 	V        int             `json:"v"`
-	Archived uint64          `json:"archived"` // the archive command's sequence
-	Record   json.RawMessage `json:"record"`   // the job's final record
+	Archived uint64          `json:"archived"`          // the archive command's sequence
+	Account  string          `json:"account,omitempty"` // v2: the job's account, naming its history subject
+	Record   json.RawMessage `json:"record,omitempty"`  // v1: the job's final record
 }
 
 // unarchive handles a job key whose last operation removed it. A delete
@@ -239,7 +253,7 @@ type archiveMarker struct {
 // undone in the view: the record it removed is put back, as of the
 // checkpoint, and the next flush must reach the archive again. Any other
 // removal leaves the key absent.
-func (s *Store) unarchive(view *scheduler.View, key string, e jetstream.KeyValueEntry) error {
+func (s *Store) unarchive(ctx context.Context, view *scheduler.View, key string, e jetstream.KeyValueEntry) error {
 	kind, id, err := subjects.ParseKey(key)
 	if err != nil || kind != "job" {
 		return nil
@@ -253,14 +267,48 @@ func (s *Store) unarchive(view *scheduler.View, key string, e jetstream.KeyValue
 	if m.Archived <= view.Checkpoint {
 		return nil
 	}
-	seq, err := s.add(view.State, kind, id, m.Record)
+	record := []byte(m.Record)
+	if len(record) == 0 {
+		if record, err = s.archivedRecord(ctx, m.Account, id, m.Archived); err != nil {
+			return fmt.Errorf("%s: archived at %d, past checkpoint %d: %w", key, m.Archived, view.Checkpoint, err)
+		}
+	}
+	seq, err := s.add(view.State, kind, id, record)
 	if err != nil {
-		return foreign(e, fmt.Errorf("the record in its archive marker: %w", err))
+		return foreign(e, fmt.Errorf("the record its archive marker names: %w", err))
 	}
 	if seq > view.Checkpoint {
 		return fmt.Errorf("%s: archived at %d, past checkpoint %d, from a record at %d, also past it: its state at the checkpoint is lost", key, m.Archived, view.Checkpoint, seq)
 	}
 	return nil
+}
+
+// archivedRecord reads the final record of job of account from the history
+// stream, as the archive at seq wrote it there.
+func (s *Store) archivedRecord(ctx context.Context, account, job string, seq uint64) ([]byte, error) {
+	if subjects.CheckToken("account", account) != nil {
+		return nil, fmt.Errorf("its archive marker names account %q", account)
+	}
+	subject := s.Names.History(account, job)
+	str, err := s.js.Stream(ctx, s.Names.HistoryStream())
+	if err != nil {
+		return nil, fmt.Errorf("look up %s: %w", s.Names.HistoryStream(), err)
+	}
+	msg, err := str.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, fmt.Errorf("its final record is not in %s at %s (removed by the history's limits?): its state at the checkpoint is lost", s.Names.HistoryStream(), subject)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read its final record from %s: %w", subject, err)
+	}
+	h, err := wire.DecodeHistory(s.Names, msg.Subject, msg.Data)
+	if err != nil {
+		return nil, fmt.Errorf("its final record at %s: %w", subject, err)
+	}
+	if h.Seq != seq {
+		return nil, fmt.Errorf("the last record at %s is of the archive at %d, not %d", subject, h.Seq, seq)
+	}
+	return ledger.MarshalJob(h.Job)
 }
 
 // lastSeq returns the sequence of the last message of the bucket's stream.
@@ -491,8 +539,14 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 		opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(s.revs[r.Key])}
 		if r.Delete {
 			// A purge, which drops the key's history too, leaving a
-			// marker that holds the record and expires.
-			data, err := json.Marshal(archiveMarker{V: 1, Archived: r.Seq, Record: r.Value})
+			// marker that names the archive and expires.
+			var rec struct {
+				Account string `json:"account"`
+			}
+			if err := json.Unmarshal(r.Value, &rec); err != nil {
+				return fmt.Errorf("write %s: the archived record: %w", r.Key, err)
+			}
+			data, err := json.Marshal(archiveMarker{V: 2, Archived: r.Seq, Account: rec.Account})
 			if err != nil {
 				return fmt.Errorf("write %s: %w", r.Key, err)
 			}
