@@ -11,7 +11,7 @@ import (
 
 // Command is one entry of the command log: a [Submit], [Cancel], [Admin],
 // [SetPricing], [Dispatch], [Report], [Lost], [Unplaceable], [Admit],
-// [Archive] or [Invalid].
+// [Archive], [Seal] or [Invalid].
 type Command interface {
 	// Kind names the command in logs and metrics ("submit", "report", …).
 	Kind() string

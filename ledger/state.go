@@ -85,6 +85,8 @@ func (s *State) Apply(cmd Command, seq uint64, at time.Time) Result {
 		t.admit(c)
 	case Archive:
 		t.archive(c)
+	case Seal:
+		t.seal(c)
 	case Invalid:
 		t.emit(InvalidEvent{Account: c.Account, Job: c.Job, Reason: c.Reason, Message: c.Message})
 	default:
@@ -145,6 +147,8 @@ func (s *State) reflected(cmd Command, seq uint64) bool {
 	case Unplaceable:
 		return seen("", c.Job)
 	case Admit:
+		return seen(c.Account, "")
+	case Seal:
 		return seen(c.Account, "")
 	case Archive:
 		return seen("", c.Job)
@@ -268,6 +272,8 @@ func keysOf(s *State, cmd Command) (acct, job string, pricing bool) {
 	case Archive:
 		job = c.Job
 	case Admit:
+		return c.Account, "", false
+	case Seal:
 		return c.Account, "", false
 	case SetPricing:
 		return "", "", true

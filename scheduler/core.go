@@ -51,6 +51,7 @@ type Core struct {
 	refused map[string]*refusals
 	// archiver queues final jobs for archiving (see archive.go).
 	archiver *archiver
+	sealer   *sealer
 }
 
 type hostState struct {
@@ -158,6 +159,7 @@ func NewCore(cfg CoreConfig) *Core {
 		shadows:          map[string]Shadow{},
 		refused:          map[string]*refusals{},
 		archiver:         newArchiver(),
+		sealer:           newSealer(),
 	}
 	c.usage = newUsage(c.cfg.HalfLife)
 	c.queue = NewQueue(c.share)
@@ -195,6 +197,7 @@ func (c *Core) Load(s *ledger.State) {
 	}
 	c.refused = map[string]*refusals{}
 	c.archiver = newArchiver()
+	c.sealer = newSealer()
 	for host, r := range refusalsFrom(s) {
 		c.rebackoff(host, r)
 	}
@@ -397,6 +400,9 @@ func (c *Core) Abandon(s *ledger.State, cmd ledger.Command) {
 	case ledger.Archive:
 		c.abandonArchive(s, d)
 		return
+	case ledger.Seal:
+		c.abandonSeal(d)
+		return
 	}
 	if j := s.Jobs[job]; j != nil {
 		c.index(j)
@@ -438,8 +444,9 @@ func (c *Core) retryAt(j *ledger.Job) time.Time {
 // Decide returns the decisions to publish now: dispatches of pending jobs to
 // hosts with room, admissions of held jobs the refill now pays for,
 // unplaceable verdicts for jobs no host can fit, lost verdicts for
-// attempts whose hosts lost them, and, last, archives of jobs that ended
-// more than CoreConfig.JobRetention ago (at most CoreConfig.MaxArchives).
+// attempts whose hosts lost them, archives of jobs that ended more than
+// CoreConfig.JobRetention ago (at most CoreConfig.MaxArchives), and, last,
+// seals of accounts' journals that no command sealed for a day.
 //
 // Jobs are considered highest priority first; at equal priority, the
 // account with the lowest share (decayed usage over weight) first; then
@@ -559,6 +566,7 @@ func (c *Core) Decide(s *ledger.State, now time.Time) []ledger.Command {
 	}
 	// Last, and bounded: archiving never holds up a dispatch.
 	out = append(out, c.archives(s, now)...)
+	out = append(out, c.seals(s, now)...)
 	return out
 }
 

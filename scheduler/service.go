@@ -607,6 +607,8 @@ func address(cmd ledger.Command) (account, job string) {
 		return "", c.Job
 	case ledger.Archive:
 		return "", c.Job
+	case ledger.Seal:
+		return c.Account, ""
 	case ledger.Invalid:
 		return c.Account, c.Job
 	}
@@ -750,6 +752,8 @@ func (t *term) decide(ctx context.Context, now time.Time) {
 			msg, err = wire.EncodeAdmit(t.s.cfg.Names, c, t.core.AdmitDue(c.Account))
 		case ledger.Archive:
 			msg, err = wire.EncodeArchive(t.s.cfg.Names, c)
+		case ledger.Seal:
+			msg, err = wire.EncodeSeal(t.s.cfg.Names, c)
 		default:
 			err = fmt.Errorf("unknown decision %T", c)
 		}

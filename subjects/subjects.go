@@ -67,6 +67,7 @@ const (
 	SchedUnplaceable = "unplaceable"
 	SchedAdmit       = "admit"
 	SchedArchive     = "archive"
+	SchedSeal        = "seal"
 )
 
 // Ledger bucket keys that are not per account or per job.
@@ -242,7 +243,8 @@ func (n Names) Admin(account string) string { return n.join("account", account, 
 func (n Names) Report(host string) string { return n.join("host", host, "cmd", KindReport) }
 
 // Sched is where the scheduler logs a decision of kind ([SchedDispatch],
-// [SchedLost], [SchedUnplaceable], [SchedAdmit], [SchedArchive]):
+// [SchedLost], [SchedUnplaceable], [SchedAdmit], [SchedArchive],
+// [SchedSeal]):
 // gpuq.cmd.sched.<kind>.
 func (n Names) Sched(kind string) string { return n.join("decision kind", kind, "cmd", KindSched) }
 
@@ -429,7 +431,7 @@ func (n Names) ParseCmd(subject string) (Cmd, error) {
 		}
 		return Cmd{Kind: kind, Token: token}, nil
 	case KindSched:
-		if token != SchedDispatch && token != SchedLost && token != SchedUnplaceable && token != SchedAdmit && token != SchedArchive {
+		if token != SchedDispatch && token != SchedLost && token != SchedUnplaceable && token != SchedAdmit && token != SchedArchive && token != SchedSeal {
 			return Cmd{Kind: kind}, fmt.Errorf("%q: unknown decision kind %q: %w", subject, token, ErrBadSubject)
 		}
 		return Cmd{Kind: kind, Token: token}, nil

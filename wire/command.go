@@ -80,6 +80,8 @@ func DecodeCommand(n subjects.Names, subject string, data []byte) (ledger.Comman
 			return DecodeLost(data)
 		case subjects.SchedArchive:
 			return DecodeArchive(data)
+		case subjects.SchedSeal:
+			return DecodeSeal(data)
 		}
 	case subjects.KindConfig:
 		return DecodePricing(data)

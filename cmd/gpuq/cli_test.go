@@ -377,6 +377,7 @@ func TestExitCodes(t *testing.T) {
 		{"no such job", []string{"job", "ghost"}, exitFailure, "no job ghost"},
 		{"no server", []string{"jobs", "--nats", fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))}, exitFailure, "cannot reach NATS"},
 		{"help", []string{"submit", "--help"}, exitOK, "examples:"},
+		{"journal age under 3 days", []string{"scheduler", "--journal-max-age", "24h"}, exitUsage, "--journal-max-age 24h0m0s is too short"},
 	}
 	for _, c := range cases {
 		r := d.gpuq(c.args...)

@@ -152,6 +152,9 @@ func runSchedulerCmd(ctx context.Context, e *env, args []string) error {
 	if o.core.JobRetention <= 0 || o.retention.HistoryMaxAge < 0 {
 		return usagef("--job-retention must be positive and --history-max-age 0 or positive, not %v and %v", o.core.JobRetention, o.retention.HistoryMaxAge)
 	}
+	if err := checkRetention(o); err != nil {
+		return err
+	}
 	if hostErr != nil && !flagSet(fs, "name") {
 		return usagef("the host name is unknown (%v): give the scheduler one with --name", hostErr)
 	}
