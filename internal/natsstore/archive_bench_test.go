@@ -4,7 +4,7 @@ package natsstore_test
 // core's index of it) with the same jobs in flight, on an installation that
 // is new, one that has archived many jobs (their final records in the
 // history stream, their markers expired), and one that archived them all
-// within the last day (their markers still in the bucket). -bench.live sets
+// within the last hour (their markers still in the bucket). -bench.live sets
 // the jobs in flight (default 1,000), -bench.archived the archived ones
 // (default 10 × live); the figures are 10,000 and 1,000,000.
 
@@ -44,7 +44,7 @@ func BenchmarkTakeover(b *testing.B) {
 	}{
 		{"new", 0, false},
 		{"archived", archived, false},
-		{"archived-within-a-day", archived, true},
+		{"archived-within-the-hour", archived, true},
 	} {
 		b.Run(fmt.Sprintf("%s/live=%d/archived=%d", c.name, live, c.archived), func(b *testing.B) {
 			js, kv := setup(b, natsbus.SetupConfig{})
