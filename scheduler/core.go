@@ -513,16 +513,14 @@ func (c *Core) Decide(s *ledger.State, now time.Time) []ledger.Command {
 		if now.Before(c.retryAt(j)) {
 			continue
 		}
-		a := s.Accounts[j.Account]
 		u := c.perAcct[j.Account]
 		if u == nil {
 			u = &load{}
 		}
-		if a.Limits.MaxRunningJobs > 0 && a.RunningJobs+u.jobs >= a.Limits.MaxRunningJobs {
-			p.SkipAccount()
-			continue
-		}
-		if a.Limits.MaxRunningGPUs > 0 && a.RunningGPUs+u.gpus+j.GPUs > a.Limits.MaxRunningGPUs {
+		if caps := ledger.CapBlocks(s.Accounts[j.Account], ledger.Running{Jobs: u.jobs, GPUs: u.gpus}, j.GPUs); len(caps) > 0 {
+			if caps[0].Reason == ledger.ReasonMaxRunningJobs {
+				p.SkipAccount() // no job of the account can start this pass
+			}
 			continue
 		}
 		h := c.place(j, now, shadow)
