@@ -23,13 +23,17 @@ type CapBlock struct {
 // GPUs from starting while a runs what the ledger records
 // ([Account.RunningJobs], [Account.RunningGPUs]) plus decided, the jobs the
 // caller decided to start and the fold has not applied yet: the running-jobs
-// cap first, then the GPU cap. Nil means the caps allow the job.
+// cap first, then the GPU cap. Nil means the caps allow the job; a nil
+// account has no caps.
 //
 // It is the one statement of the rule: the fold refuses a dispatch with the
 // first block's reason, the scheduler starts no job it blocks (and sets the
 // whole account aside for a pass at the running-jobs cap), and the
 // scheduler's explanation of a waiting job lists every block.
 func CapBlocks(a *Account, decided Running, gpus int) []CapBlock {
+	if a == nil {
+		return nil
+	}
 	r := Running{Jobs: a.RunningJobs + decided.Jobs, GPUs: a.RunningGPUs + decided.GPUs}
 	var out []CapBlock
 	if m := a.Limits.MaxRunningJobs; m > 0 && r.Jobs >= m {

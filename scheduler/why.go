@@ -59,10 +59,8 @@ func Explain(s *ledger.State, hosts []wire.Host, id string, now time.Time, cfg C
 		add("backoff", "attempt %d waits out its retry delay until %s (%s from now) after %s",
 			j.Attempt+1, at.UTC().Format(time.RFC3339), at.Sub(now).Round(time.Second), j.Reason)
 	}
-	if a := s.Accounts[j.Account]; a != nil {
-		for _, b := range ledger.CapBlocks(a, ledger.Running{}, j.GPUs) {
-			add(string(b.Reason), "%s", b.Message())
-		}
+	for _, b := range ledger.CapBlocks(s.Accounts[j.Account], ledger.Running{}, j.GPUs) {
+		add(string(b.Reason), "%s", b.Message())
 	}
 	used := map[string]int{}
 	for _, o := range s.Jobs {
