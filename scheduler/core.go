@@ -680,15 +680,11 @@ func (c *Core) admits(s *ledger.State, now time.Time) []ledger.Command {
 			continue
 		}
 		c.admitSent[id] = at
-		out = append(out, ledger.Admit{Account: id})
+		out = append(out, ledger.Admit{Account: id, Due: at})
 	}
 	slices.SortFunc(out, func(a, b ledger.Command) int { return cmp.Compare(a.(ledger.Admit).Account, b.(ledger.Admit).Account) })
 	return out
 }
-
-// AdmitDue returns the time the admit decision for account was made for,
-// so its de-duplication id can name it.
-func (c *Core) AdmitDue(account string) time.Time { return c.admitSent[account] }
 
 // AffordableAt returns the earliest time the refill lets account a pay
 // cost, from its state as stored, to the nanosecond; false if the refill
