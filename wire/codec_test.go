@@ -6,10 +6,6 @@
 package wire_test
 
 import (
-	"go/ast"
-	"go/parser"
-	"go/token"
-	"io/fs"
 	"reflect"
 	"slices"
 	"strings"
@@ -190,28 +186,7 @@ func TestEncodeCommandRefusesInvalid(t *testing.T) {
 // an isCommand method, read from the package's source.
 func commandKinds(t *testing.T) []string {
 	t.Helper()
-	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, "../ledger", func(fi fs.FileInfo) bool {
-		return !strings.HasSuffix(fi.Name(), "_test.go")
-	}, 0)
-	if err != nil {
-		t.Fatalf("read the ledger's source: %v", err)
-	}
-	var kinds []string
-	for _, p := range pkgs {
-		for _, f := range p.Files {
-			for _, d := range f.Decls {
-				fn, ok := d.(*ast.FuncDecl)
-				if !ok || fn.Name.Name != "isCommand" || fn.Recv == nil || len(fn.Recv.List) != 1 {
-					continue
-				}
-				if id, ok := fn.Recv.List[0].Type.(*ast.Ident); ok {
-					kinds = append(kinds, id.Name)
-				}
-			}
-		}
-	}
-	slices.Sort(kinds)
+	kinds := methodReceivers(t, "isCommand")
 	if len(kinds) < 10 {
 		t.Fatalf("found only command kinds %v in the ledger's source", kinds)
 	}
