@@ -53,6 +53,14 @@
 // attempt was lost, or run again by a restarted worker) also sends that
 // host a [CancelOrder] for it, so the run nobody wants is stopped.
 //
+// # Caps
+//
+// An account's [Limits] cap the jobs it runs at once and their GPUs.
+// [CapBlocks] is the rule: the fold ignores a dispatch decision it blocks
+// (with its reason, max_running_jobs or max_running_gpus), and the scheduler
+// applies the same function before deciding one and when explaining a
+// waiting job, so the three cannot disagree.
+//
 // # Replays
 //
 // Every account and job, and the price table, records the sequence of the

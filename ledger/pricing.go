@@ -232,6 +232,12 @@ func (p SetPricing) Validate() error {
 // harmless when they cannot be paid for yet.
 type Admit struct {
 	Account string
+	// Due is the moment the decider expected the refill to cover the
+	// oldest held job. It names the decision, so that two decisions for
+	// one moment are one (see wire.AdmitMsgID); the fold does not read
+	// it, and admits as of the command's own time. Decisions logged before
+	// it existed have none (the zero time).
+	Due time.Time
 }
 
 // Validate reports whether r names an account.

@@ -25,15 +25,14 @@ func (t *tx) dispatch(c Dispatch) {
 			Message: fmt.Sprintf("dispatch of attempt %d to %s ignored: ", c.Attempt, c.Host) + fmt.Sprintf(format, args...)})
 	}
 	a := t.s.Accounts[j.Account]
+	caps := CapBlocks(a, Running{}, j.GPUs)
 	switch {
 	case j.State != StatePending:
 		ignore(ReasonNotPending, "job is %s", j.State)
 	case c.Attempt != j.Attempt+1:
 		ignore(ReasonStaleAttempt, "the next attempt is %d", j.Attempt+1)
-	case a.Limits.MaxRunningJobs > 0 && a.RunningJobs >= a.Limits.MaxRunningJobs:
-		ignore(ReasonMaxRunningJobs, "account %s already runs %d of at most %d jobs", a.ID, a.RunningJobs, a.Limits.MaxRunningJobs)
-	case a.Limits.MaxRunningGPUs > 0 && a.RunningGPUs+j.GPUs > a.Limits.MaxRunningGPUs:
-		ignore(ReasonMaxRunningGPUs, "account %s runs %d GPUs; %d more would pass its cap of %d", a.ID, a.RunningGPUs, j.GPUs, a.Limits.MaxRunningGPUs)
+	case len(caps) > 0:
+		ignore(caps[0].Reason, "%s", caps[0].Message())
 	case encodedStringsLen(j.Command)+encodedMapLen(j.Env)+orderOverhead > MaxRecordBytes:
 		// Only a job stored by a version with larger limits can get here:
 		// its order could not be sent, so it can never run.

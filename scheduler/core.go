@@ -520,16 +520,14 @@ func (c *Core) Decide(s *ledger.State, now time.Time) []ledger.Command {
 		if now.Before(c.retryAt(j)) {
 			continue
 		}
-		a := s.Accounts[j.Account]
 		u := c.perAcct[j.Account]
 		if u == nil {
 			u = &load{}
 		}
-		if a.Limits.MaxRunningJobs > 0 && a.RunningJobs+u.jobs >= a.Limits.MaxRunningJobs {
-			p.SkipAccount()
-			continue
-		}
-		if a.Limits.MaxRunningGPUs > 0 && a.RunningGPUs+u.gpus+j.GPUs > a.Limits.MaxRunningGPUs {
+		if caps := ledger.CapBlocks(s.Accounts[j.Account], ledger.Running{Jobs: u.jobs, GPUs: u.gpus}, j.GPUs); len(caps) > 0 {
+			if caps[0].Reason == ledger.ReasonMaxRunningJobs {
+				p.SkipAccount() // no job of the account can start this pass
+			}
 			continue
 		}
 		h := c.place(j, now, shadow)
@@ -690,15 +688,11 @@ func (c *Core) admits(s *ledger.State, now time.Time) []ledger.Command {
 			continue
 		}
 		c.admitSent[id] = at
-		out = append(out, ledger.Admit{Account: id})
+		out = append(out, ledger.Admit{Account: id, Due: at})
 	}
 	slices.SortFunc(out, func(a, b ledger.Command) int { return cmp.Compare(a.(ledger.Admit).Account, b.(ledger.Admit).Account) })
 	return out
 }
-
-// AdmitDue returns the time the admit decision for account was made for,
-// so its de-duplication id can name it.
-func (c *Core) AdmitDue(account string) time.Time { return c.admitSent[account] }
 
 // AffordableAt returns the earliest time the refill lets account a pay
 // cost, from its state as stored, to the nanosecond; false if the refill

@@ -739,24 +739,7 @@ func (t *term) decide(ctx context.Context, now time.Time) {
 	msgs := make([]wire.Message, 0, len(cmds))
 	var sent []ledger.Command
 	for _, c := range cmds {
-		var msg wire.Message
-		var err error
-		switch c := c.(type) {
-		case ledger.Dispatch:
-			msg, err = wire.EncodeDispatch(t.s.cfg.Names, c)
-		case ledger.Lost:
-			msg, err = wire.EncodeLost(t.s.cfg.Names, c)
-		case ledger.Unplaceable:
-			msg, err = wire.EncodeUnplaceable(t.s.cfg.Names, c)
-		case ledger.Admit:
-			msg, err = wire.EncodeAdmit(t.s.cfg.Names, c, t.core.AdmitDue(c.Account))
-		case ledger.Archive:
-			msg, err = wire.EncodeArchive(t.s.cfg.Names, c)
-		case ledger.Seal:
-			msg, err = wire.EncodeSeal(t.s.cfg.Names, c)
-		default:
-			err = fmt.Errorf("unknown decision %T", c)
-		}
+		msg, err := wire.EncodeCommand(t.s.cfg.Names, c)
 		if err != nil {
 			t.s.log.Error("encode a decision", slog.Any("err", err))
 			t.core.Abandon(t.state, c)

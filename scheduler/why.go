@@ -59,13 +59,8 @@ func Explain(s *ledger.State, hosts []wire.Host, id string, now time.Time, cfg C
 		add("backoff", "attempt %d waits out its retry delay until %s (%s from now) after %s",
 			j.Attempt+1, at.UTC().Format(time.RFC3339), at.Sub(now).Round(time.Second), j.Reason)
 	}
-	if a := s.Accounts[j.Account]; a != nil {
-		if m := a.Limits.MaxRunningJobs; m > 0 && a.RunningJobs >= m {
-			add("max_running_jobs", "account %s already runs %d jobs, its cap", a.ID, a.RunningJobs)
-		}
-		if m := a.Limits.MaxRunningGPUs; m > 0 && a.RunningGPUs+j.GPUs > m {
-			add("max_running_gpus", "account %s runs %d GPUs; %d more would pass its cap of %d", a.ID, a.RunningGPUs, j.GPUs, m)
-		}
+	for _, b := range ledger.CapBlocks(s.Accounts[j.Account], ledger.Running{}, j.GPUs) {
+		add(string(b.Reason), "%s", b.Message())
 	}
 	used := map[string]int{}
 	for _, o := range s.Jobs {

@@ -89,6 +89,44 @@ func DecodeCommand(n subjects.Names, subject string, data []byte) (ledger.Comman
 	return nil, &DecodeError{Reason: ledger.ReasonInvalid, Err: fmt.Errorf("subject %q: unhandled command kind %q", subject, cmd.Kind)}
 }
 
+// EncodeCommand returns the message that logs c: the inverse of
+// [DecodeCommand], which gives c back from the message's subject and body,
+// for every kind of command the log holds. It fails for a command its
+// kind's Validate method (or subject tokens) would refuse, and for
+// [ledger.Invalid], which stands in the fold for an entry that could not be
+// decoded and is never published. Each kind has its own encoder
+// ([EncodeSubmit], …); a new kind is one more case here and in
+// DecodeCommand.
+func EncodeCommand(n subjects.Names, c ledger.Command) (Message, error) {
+	switch c := c.(type) {
+	case ledger.Submit:
+		return EncodeSubmit(n, c)
+	case ledger.Cancel:
+		return EncodeCancel(n, c)
+	case ledger.Admin:
+		return EncodeAdmin(n, c)
+	case ledger.Report:
+		return EncodeReport(n, c)
+	case ledger.Dispatch:
+		return EncodeDispatch(n, c)
+	case ledger.Unplaceable:
+		return EncodeUnplaceable(n, c)
+	case ledger.Admit:
+		return EncodeAdmit(n, c)
+	case ledger.Lost:
+		return EncodeLost(n, c)
+	case ledger.Archive:
+		return EncodeArchive(n, c)
+	case ledger.Seal:
+		return EncodeSeal(n, c)
+	case ledger.SetPricing:
+		return EncodePricing(n, c)
+	case ledger.Invalid:
+		return Message{}, errors.New("encode command: an invalid command stands for an undecodable entry and is never published")
+	}
+	return Message{}, fmt.Errorf("encode command: no encoder for %T", c)
+}
+
 // decodeError wraps a body problem of a command from account (or host):
 // reason too_large if it is one of size, invalid otherwise.
 func decodeError(account, job, what string, err error) *DecodeError {
@@ -396,24 +434,29 @@ func DecodeAdmit(data []byte) (ledger.Admit, error) {
 	if err != nil {
 		return ledger.Admit{}, decodeError("", "", "admit decision", err)
 	}
-	a := ledger.Admit{Account: f.token("account", "account", true)}
+	a := ledger.Admit{Account: f.token("account", "account", true), Due: f.time("due", false)}
 	if err := f.done("", "", "admit decision", a); err != nil {
 		return ledger.Admit{}, err
 	}
 	return a, nil
 }
 
-// EncodeAdmit returns the message logging the decision to admit account's
-// held jobs, made for the moment due: the refill was expected to cover the
-// oldest held job then. Two decisions for the same moment are one.
-func EncodeAdmit(n subjects.Names, a ledger.Admit, due time.Time) (Message, error) {
-	if err := subjects.CheckToken("account", a.Account); err != nil {
+// EncodeAdmit returns the message logging the decision to admit a.Account's
+// held jobs, made for the moment a.Due: the refill was expected to cover
+// the oldest held job then. Two decisions for the same moment are one.
+func EncodeAdmit(n subjects.Names, a ledger.Admit) (Message, error) {
+	if err := errors.Join(subjects.CheckToken("account", a.Account), a.Validate()); err != nil {
 		return Message{}, err
 	}
-	return encode(n.Sched(subjects.SchedAdmit), AdmitMsgID(a.Account, due), struct {
+	body := struct {
 		V       int    `json:"v"`
 		Account string `json:"account"`
-	}{Version, a.Account})
+		Due     string `json:"due,omitempty"`
+	}{V: Version, Account: a.Account}
+	if !a.Due.IsZero() {
+		body.Due = a.Due.UTC().Format(time.RFC3339Nano)
+	}
+	return encode(n.Sched(subjects.SchedAdmit), AdmitMsgID(a.Account, a.Due), body)
 }
 
 type pricingBody struct {

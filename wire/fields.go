@@ -375,3 +375,22 @@ func (f *fields) duration(name string, required bool) time.Duration {
 	}
 	return d
 }
+
+// time reads an RFC 3339 time ("2026-12-01T09:00:00.5Z"), returned in UTC.
+func (f *fields) time(name string, required bool) time.Time {
+	if _, ok := f.raw(name); !ok {
+		f.missing(name, required)
+		return time.Time{}
+	}
+	n := len(f.errs)
+	s := f.str(name, true)
+	if len(f.errs) > n {
+		return time.Time{}
+	}
+	at, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		f.bad("%s: %s is not an RFC 3339 time; write it like \"2026-12-01T09:00:00Z\"", name, previewString(s))
+		return time.Time{}
+	}
+	return at.UTC()
+}

@@ -27,7 +27,7 @@ func roundTrip(t *testing.T, c ledger.Command) {
 	if err := v.Validate(); err != nil {
 		t.Fatalf("accepted an invalid %T %+v: %v", c, c, err)
 	}
-	msg, err := encodeCommand(c)
+	msg, err := wire.EncodeCommand(n, c)
 	if err != nil {
 		t.Fatalf("decoded %+v but cannot encode it: %v", c, err)
 	}

@@ -44,7 +44,9 @@ func TestDecodeContractExamples(t *testing.T) {
 			ledger.Submit{Account: "vision", ID: "m", GPUs: 2, Metered: true, Command: []string{"x"}, Walltime: 30 * time.Minute, Hold: true}},
 		{n.Config(subjects.ConfigPricing), `{"v":1,"id":"prices-1","per_gpu_hour":{"NVIDIA H100 80GB HBM3":360},"default":100,"failure_percent":50}`,
 			ledger.SetPricing{ID: "prices-1", PerGPUHour: map[string]ledger.Credits{"NVIDIA H100 80GB HBM3": 360}, Default: 100, FailurePercent: 50}},
-		{n.Sched(subjects.SchedAdmit), `{"v":1,"account":"vision"}`, ledger.Admit{Account: "vision"}},
+		{n.Sched(subjects.SchedAdmit), `{"v":1,"account":"vision"}`, ledger.Admit{Account: "vision"}}, // logged before "due" existed
+		{n.Sched(subjects.SchedAdmit), `{"v":1,"account":"vision","due":"2026-12-01T10:30:00.000000001+01:00"}`,
+			ledger.Admit{Account: "vision", Due: time.Date(2026, 12, 1, 9, 30, 0, 1, time.UTC)}},
 		// Unknown fields are ignored, and a body may repeat its own account.
 		{n.Cancel("vision"), `{"v":1,"id":"j","account":"vision","future_field":[1,2]}`, ledger.Cancel{Account: "vision", Job: "j"}},
 	}
@@ -159,9 +161,11 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		ledger.Report{Type: ledger.ReportStarted, Host: "h", Job: "j", Attempt: 1, Devices: []string{"GPU-x"}, Model: "NVIDIA H200 141GB HBM3e"},
 		ledger.SetPricing{ID: "p", PerGPUHour: map[string]ledger.Credits{"a": 1, "b": 2}, Default: 3, FailurePercent: 0},
 		ledger.Admit{Account: "vision"},
+		ledger.Admit{Account: "vision", Due: time.Date(2026, 12, 1, 9, 30, 0, 1, time.UTC)},
+		ledger.Archive{Job: "j", Seq: 12, Retention: 168 * time.Hour},
 	}
 	for _, c := range cmds {
-		msg, err := encodeCommand(c)
+		msg, err := wire.EncodeCommand(n, c)
 		if err != nil {
 			t.Errorf("encode %+v: %v", c, err)
 			continue
@@ -175,31 +179,6 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 			t.Errorf("round trip of %+v gave %+v", c, got)
 		}
 	}
-}
-
-// encodeCommand calls the encoder for c's type.
-func encodeCommand(c ledger.Command) (wire.Message, error) {
-	switch c := c.(type) {
-	case ledger.Submit:
-		return wire.EncodeSubmit(n, c)
-	case ledger.Cancel:
-		return wire.EncodeCancel(n, c)
-	case ledger.Admin:
-		return wire.EncodeAdmin(n, c)
-	case ledger.Report:
-		return wire.EncodeReport(n, c)
-	case ledger.Dispatch:
-		return wire.EncodeDispatch(n, c)
-	case ledger.Lost:
-		return wire.EncodeLost(n, c)
-	case ledger.Unplaceable:
-		return wire.EncodeUnplaceable(n, c)
-	case ledger.SetPricing:
-		return wire.EncodePricing(n, c)
-	case ledger.Admit:
-		return wire.EncodeAdmit(n, c, time.Unix(0, 42))
-	}
-	return wire.Message{}, errors.New("no encoder")
 }
 
 func TestEncodersRefuseBadCommands(t *testing.T) {
@@ -240,7 +219,7 @@ func TestCommandMsgIDs(t *testing.T) {
 		cmd  ledger.Command
 		want string
 	}{
-		{ledger.Admit{Account: "vision"}, "admit.vision.42"},
+		{ledger.Admit{Account: "vision", Due: time.Unix(0, 42)}, "admit.vision.42"},
 		{ledger.SetPricing{ID: "prices-1", Default: 1, FailurePercent: 50}, "config.pricing.prices-1"},
 		{ledger.Cancel{Account: "vision", Job: "j"}, "cancel.vision.j"},
 		{ledger.Dispatch{Job: "j", Attempt: 2, Host: "h"}, "dispatch.j.2"},
@@ -250,7 +229,7 @@ func TestCommandMsgIDs(t *testing.T) {
 		{ledger.Report{Type: ledger.ReportDone, Host: "h", Job: "j", Attempt: 2}, "report.h.j.2.done"},
 		{ledger.Submit{Account: "vision", ID: "j", GPUs: 1, Command: []string{"x"}}, "submit.vision.j.a62195010a568fce"},
 	} {
-		msg, err := encodeCommand(tt.cmd)
+		msg, err := wire.EncodeCommand(n, tt.cmd)
 		if err != nil {
 			t.Errorf("encode %+v: %v", tt.cmd, err)
 			continue
