@@ -464,6 +464,9 @@ func (c *Client) ledgerKV(ctx context.Context) (jetstream.KeyValue, error) {
 	// Opened without the lock, so concurrent first reads do not queue
 	// behind one another's round trip; any of the handles will do.
 	kv, err := c.js.KeyValue(ctx, c.n.LedgerBucket())
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("open %s: %w", c.n.LedgerBucket(), ErrNoBucket)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", c.n.LedgerBucket(), err)
 	}

@@ -161,8 +161,9 @@ func period(by string, t time.Time) (key string, start, end time.Time) {
 	}
 }
 
-// gpuTime is GPUs × (end - start) over the attempts of j that started.
-func gpuTime(j *ledger.Job) time.Duration {
+// GPUTime is GPUs × (end - start) summed over the attempts of j that
+// started: the GPU time a usage report counts for j.
+func GPUTime(j *ledger.Job) time.Duration {
 	var d time.Duration
 	for _, a := range j.Attempts {
 		if !a.StartedAt.IsZero() && a.EndedAt.After(a.StartedAt) {
@@ -263,7 +264,7 @@ func buildUsage(q UsageQuery, checkpoint uint64, entries []ledger.Entry, jobs []
 			case ledger.StateRejected:
 				t.Jobs.Rejected++
 			}
-			t.GPUTime += gpuTime(j)
+			t.GPUTime += GPUTime(j)
 		}
 	}
 	for _, r := range rows {
