@@ -1,6 +1,20 @@
 // Package client is the Go API a pipeline uses to talk to gpuq: submit a job
-// and learn whether it was accepted, cancel it, read a job or an account, and
-// watch a job's events until it ends.
+// and learn whether it was accepted, cancel it, watch a job's events until
+// it ends, and read what gpuq knows: jobs (with filters and paging, archived
+// ones too), accounts, hosts, a job's output, usage, and an audit of the
+// ledger against its journal. The gpuq command is a thin layer over it.
+//
+// Reads come in two consistencies. [Client.Job], [Client.Account],
+// [Client.Jobs] and [Client.Accounts] read each ledger key's current value:
+// every record as of one moment, not the ledger as of one command.
+// [Client.Snapshot] reads the ledger as of the scheduler's checkpoint, with
+// records stored past it read back from their keys' history; [Client.Usage]
+// and [Client.Audit] use it, since they compare records with the journal.
+// No read goes through the scheduler's recovery, and a value gpuq did not
+// write is reported as a *[ForeignValueError], not a crash.
+//
+// A rejection is a *[RejectedError], which errors.Is matches with the
+// sentinel of its reason ([ErrInsufficientCredits], …).
 //
 // Every call publishes to, or reads from, JetStream over the *nats.Conn the
 // caller provides; the client keeps no state of its own beyond a handle on
