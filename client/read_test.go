@@ -224,14 +224,17 @@ func TestReads(t *testing.T) {
 		if tot := rep.Total; tot.Jobs.Total != 6 || tot.Jobs.Failed != 1 || tot.Charged != 50 || tot.Grants != 1000 || tot.Released != 5 {
 			t.Errorf("vision's usage: %+v", tot)
 		}
+		if rep.JournalRead == 0 {
+			t.Error("usage without --since read no journal message")
+		}
 		// From an hour ahead: the journal is read from that time on, and
 		// holds nothing.
 		rep, err = f.c.Usage(f.ctx, client.UsageQuery{By: "day", Since: time.Now().Add(time.Hour)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rep.Rows) != 0 || rep.Total.Grants != 0 {
-			t.Errorf("usage from an hour ahead: %+v", rep)
+		if len(rep.Rows) != 0 || rep.Total.Grants != 0 || rep.JournalRead != 0 {
+			t.Errorf("usage from an hour ahead: %+v, %d journal messages read (want none: the read starts at the time)", rep, rep.JournalRead)
 		}
 		if _, err := f.c.Usage(f.ctx, client.UsageQuery{By: "year"}); err == nil {
 			t.Error("usage by year: no error")

@@ -66,7 +66,7 @@ func (c *Client) Usage(ctx context.Context, q UsageQuery) (UsageReport, error) {
 		return UsageReport{}, err
 	}
 	rep := buildUsage(q, snap.Checkpoint, usageEntries(journal, snap.Checkpoint), jobs.list)
-	rep.LeftOut = journal.Bad
+	rep.LeftOut, rep.JournalRead = journal.Bad, journal.Read
 	return rep, nil
 }
 
@@ -126,8 +126,10 @@ type UsageReport struct {
 	Rows       []UsageRow  `json:"rows"`
 	Total      UsageTotals `json:"total"`
 	// LeftOut says why each journal message that is not an entry was left
-	// out.
-	LeftOut []string `json:"-"`
+	// out; JournalRead is how many messages of the journal stream the
+	// report read.
+	LeftOut     []string `json:"-"`
+	JournalRead uint64   `json:"-"`
 }
 
 // UsageQuery says what a usage report covers.
