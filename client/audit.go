@@ -23,7 +23,8 @@ type AuditOptions struct {
 	// stamped by one clock).
 	SealMargin time.Duration
 	// StuckAfter is how long a command may wait unapplied before the audit
-	// says the scheduler is stuck; zero means 2 minutes.
+	// says the scheduler is stuck; zero means 2 minutes, and a negative one
+	// counts any unapplied command as stuck.
 	StuckAfter time.Duration
 	// Now is the time the wait of the first unapplied command is measured
 	// against; zero means the local clock's now.

@@ -211,7 +211,9 @@ var ErrBadCursor = errors.New("gpuq: not a job list cursor")
 // order, so a job submitted between two pages does not shift the next one.
 // A job both in the view and in the history (archived as the view was
 // read) is listed once, as the view has it; an id used again after its job
-// was archived lists both jobs. Jobs returns an error wrapping
+// was archived lists both jobs. It needs the right to watch the ledger
+// bucket (an admin's); a tenant reads its jobs one by one with
+// [Client.Job] or [Client.Lookup]. Jobs returns an error wrapping
 // [ErrBadCursor] for a cursor it did not make.
 func (c *Client) Jobs(ctx context.Context, f JobFilter) (JobPage, error) {
 	var page JobPage
