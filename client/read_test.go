@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -9,8 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/gpuq/gpuq/client"
 	"github.com/gpuq/gpuq/ledger"
+	"github.com/gpuq/gpuq/subjects"
 	"github.com/gpuq/gpuq/wire"
 )
 
@@ -313,6 +318,63 @@ func TestReads(t *testing.T) {
 		}
 		if !rep.OK {
 			t.Errorf("audit with a record past the checkpoint: %+v", rep)
+		}
+	})
+	t.Run("an archive past the checkpoint is undone in the snapshot", func(t *testing.T) {
+		// An archive that a crash cut short after the delete, as each
+		// marker version leaves it: v-0's marker names its account (the
+		// record is in the history), v-1's holds the record.
+		before, err := f.c.Snapshot(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := f.c.Names()
+		at := before.Checkpoint + 500
+		for _, c := range []struct {
+			id     string
+			marker func(j *ledger.Job) any
+		}{
+			{"v-0", func(*ledger.Job) any { return map[string]any{"v": 2, "archived": at, "account": "vision"} }},
+			{"v-1", func(j *ledger.Job) any { return map[string]any{"v": 1, "archived": at, "record": j} }},
+		} {
+			j := before.State.Jobs[c.id]
+			hist, err := json.Marshal(wire.History{V: 1, Seq: at, ArchivedAt: time.Now(), Job: j})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.in.js.Publish(f.ctx, n.History("vision", c.id), hist); err != nil {
+				t.Fatal(err)
+			}
+			m := nats.NewMsg(subjects.KVSubject(n.LedgerBucket(), subjects.JobKey(c.id)))
+			if m.Data, err = json.Marshal(c.marker(j)); err != nil {
+				t.Fatal(err)
+			}
+			m.Header.Set("KV-Operation", "PURGE")
+			m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+			if _, err := f.in.js.PublishMsg(f.ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		page, err := f.c.Jobs(f.ctx, client.JobFilter{Account: "vision"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range page.Jobs {
+			if j.ID == "v-0" || j.ID == "v-1" {
+				t.Errorf("the current read lists %s, which is archived", j.ID)
+			}
+		}
+		snap, err := f.c.Snapshot(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"v-0", "v-1"} {
+			if j := snap.State.Jobs[id]; j == nil || j.State != ledger.StateSucceeded || j.Seq != before.State.Jobs[id].Seq {
+				t.Errorf("snapshot's %s: %+v, want the record as of the checkpoint", id, j)
+			}
+		}
+		if rep, err := f.c.Audit(f.ctx, client.AuditOptions{}); err != nil || !rep.OK {
+			t.Errorf("audit: %+v, %v", rep, err)
 		}
 	})
 }

@@ -77,11 +77,34 @@ type checkpointRecord struct {
 }
 
 // archiveMarker is the body of the removal an archive leaves at a job's
-// key: the job's final record and the archive command's sequence.
+// key: the archive command's sequence and either the job's final record
+// (version 1) or its account, whose history stream holds the record
+// (version 2).
 type archiveMarker struct {
 	V        int             `json:"v"`
 	Archived uint64          `json:"archived"`
-	Record   json.RawMessage `json:"record"`
+	Account  string          `json:"account,omitempty"`
+	Record   json.RawMessage `json:"record,omitempty"`
+}
+
+// markerRecord returns the final record of job id that archive marker m
+// names: its own (version 1), or the one the archive wrote to the history
+// stream (version 2).
+func (c *Client) markerRecord(ctx context.Context, m archiveMarker, id string) ([]byte, error) {
+	if len(m.Record) > 0 {
+		return m.Record, nil
+	}
+	if err := subjects.CheckToken("account", m.Account); err != nil {
+		return nil, fmt.Errorf("its archive marker names no account: %w", err)
+	}
+	h, err := c.History(ctx, m.Account, id)
+	if err != nil {
+		return nil, fmt.Errorf("its final record, from the history: %w", err)
+	}
+	if h.Seq != m.Archived {
+		return nil, fmt.Errorf("the last history record of job %s is of the archive at %d, not %d", id, h.Seq, m.Archived)
+	}
+	return ledger.MarshalJob(h.Job)
 }
 
 func decodeMarker(data []byte) (archiveMarker, bool) {
@@ -148,9 +171,13 @@ func (c *Client) snapshot(ctx context.Context, kv jetstream.KeyValue) (_ *Snapsh
 			continue // archived by the checkpoint, or removed by someone else
 		}
 		ahead = true
-		seq, err := addRecord(st, kind, id, m.Record)
+		record, err := c.markerRecord(ctx, m, id)
 		if err != nil {
-			return nil, false, &ForeignValueError{Key: key, Revision: removed[key].Revision(), Err: fmt.Errorf("the record in its archive marker: %w", err)}
+			return nil, false, fmt.Errorf("%s: archived at %d, past checkpoint %d: %w", key, m.Archived, cp, err)
+		}
+		seq, err := addRecord(st, kind, id, record)
+		if err != nil {
+			return nil, false, &ForeignValueError{Key: key, Revision: removed[key].Revision(), Err: fmt.Errorf("the record its archive marker names: %w", err)}
 		}
 		if seq > cp {
 			return nil, true, fmt.Errorf("%s: archived at %d, past checkpoint %d, from a record at %d, also past it", key, m.Archived, cp, seq)
@@ -233,7 +260,11 @@ func (c *Client) rewind(ctx context.Context, kv jetstream.KeyValue, st *ledger.S
 			// Removed before the versions past the checkpoint: by an
 			// archive past it too, the record it removed is the one.
 			if m, ok := decodeMarker(e.Value()); ok && kind == "job" && m.Archived > cp {
-				seq, err := addRecord(st, kind, id, m.Record)
+				record, err := c.markerRecord(ctx, m, id)
+				if err != nil {
+					return fmt.Errorf("history of %s revision %d: %w", key, e.Revision(), err)
+				}
+				seq, err := addRecord(st, kind, id, record)
 				if err == nil && seq > cp {
 					err = fmt.Errorf("its archive marker's record is at %d, past checkpoint %d", seq, cp)
 				}
