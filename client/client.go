@@ -1,6 +1,20 @@
 // Package client is the Go API a pipeline uses to talk to gpuq: submit a job
-// and learn whether it was accepted, cancel it, read a job or an account, and
-// watch a job's events until it ends.
+// and learn whether it was accepted, cancel it, watch a job's events until
+// it ends, and read what gpuq knows: jobs (with filters and paging, archived
+// ones too), accounts, hosts, a job's output, usage, and an audit of the
+// ledger against its journal. The gpuq command is a thin layer over it.
+//
+// Reads come in two consistencies. [Client.Job], [Client.Account],
+// [Client.Jobs] and [Client.Accounts] read each ledger key's current value:
+// every record as of one moment, not the ledger as of one command.
+// [Client.Snapshot] reads the ledger as of the scheduler's checkpoint, with
+// records stored past it read back from their keys' history; [Client.Usage]
+// and [Client.Audit] use it, since they compare records with the journal.
+// No read goes through the scheduler's recovery, and a value gpuq did not
+// write is reported as a *[ForeignValueError], not a crash.
+//
+// A rejection is a *[RejectedError], which errors.Is matches with the
+// sentinel of its reason ([ErrInsufficientCredits], …).
 //
 // Every call publishes to, or reads from, JetStream over the *nats.Conn the
 // caller provides; the client keeps no state of its own beyond a handle on
@@ -464,6 +478,9 @@ func (c *Client) ledgerKV(ctx context.Context) (jetstream.KeyValue, error) {
 	// Opened without the lock, so concurrent first reads do not queue
 	// behind one another's round trip; any of the handles will do.
 	kv, err := c.js.KeyValue(ctx, c.n.LedgerBucket())
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("open %s: %w", c.n.LedgerBucket(), ErrNoBucket)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", c.n.LedgerBucket(), err)
 	}

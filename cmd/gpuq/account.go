@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 
 	"github.com/gpuq/gpuq/client"
@@ -121,7 +120,7 @@ func runAccount(ctx context.Context, e *env, args []string) error {
 			return fmt.Errorf("no account %s; create it with gpuq account create %s --balance N", name, name)
 		}
 		if err != nil {
-			return err
+			return bucketHint(err)
 		}
 		return printAccount(e, a)
 	}
@@ -167,15 +166,15 @@ func capText(n int) string {
 }
 
 func accountList(ctx context.Context, e *env, s *session) error {
-	st, err := loadState(ctx, s)
+	list, err := s.c.Accounts(ctx)
 	if err != nil {
-		return err
+		return bucketHint(err)
 	}
-	out := []accountView{}
-	for _, a := range st.Accounts {
+	warnForeign(e, list.Foreign)
+	out := make([]accountView, 0, len(list.Accounts))
+	for _, a := range list.Accounts {
 		out = append(out, viewAccount(a))
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	if e.output == "json" {
 		return printJSON(e.stdout, out)
 	}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gpuq/gpuq/client"
 	"github.com/gpuq/gpuq/ledger"
@@ -143,10 +142,10 @@ func (f *connFlags) dial(name string) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// session is an open connection with its client and JetStream context.
+// session is an open connection with its client: every read and command
+// of the CLI goes through the client.
 type session struct {
 	nc *nats.Conn
-	js jetstream.JetStream
 	c  *client.Client
 	n  subjects.Names
 }
@@ -160,17 +159,12 @@ func (e *env) session() (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, err
-	}
 	c, err := client.New(nc, client.WithPrefix(n.Prefix()), client.WithTimeout(e.conn.timeout))
 	if err != nil {
 		nc.Close()
 		return nil, err
 	}
-	return &session{nc: nc, js: js, c: c, n: n}, nil
+	return &session{nc: nc, c: c, n: n}, nil
 }
 
 func (s *session) close() { s.nc.Close() }
@@ -181,15 +175,21 @@ func (s *session) job(ctx context.Context, id string) (*ledger.Job, error) {
 	if errors.Is(err, client.ErrNotFound) {
 		return nil, fmt.Errorf("no job %s", id)
 	}
-	return j, err
+	return j, bucketHint(err)
 }
 
-// bucket opens the named KV bucket, with a message that says what to do if
-// it is not there.
-func (s *session) bucket(ctx context.Context, name string) (jetstream.KeyValue, error) {
-	kv, err := s.js.KeyValue(ctx, name)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("no %s bucket: no scheduler has run against this server yet (start one with gpuq scheduler, or gpuq dev)", name)
+// bucketHint adds what to do to an error of a read of a bucket that is not
+// there yet.
+func bucketHint(err error) error {
+	if errors.Is(err, client.ErrNoBucket) {
+		return fmt.Errorf("%w: no scheduler or worker has run against this server yet (start one with gpuq scheduler, or gpuq dev)", err)
 	}
-	return kv, err
+	return err
+}
+
+// warnForeign says on stderr which stored values a read left out.
+func warnForeign(e *env, foreign []*client.ForeignValueError) {
+	for _, f := range foreign {
+		fmt.Fprintf(e.stderr, "gpuq: leaving out %v\n", f)
+	}
 }

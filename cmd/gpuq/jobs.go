@@ -6,14 +6,11 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/gpuq/gpuq/client"
-	"github.com/gpuq/gpuq/internal/natsstore"
 	"github.com/gpuq/gpuq/ledger"
-	"github.com/gpuq/gpuq/scheduler"
 	"github.com/gpuq/gpuq/wire"
 )
 
@@ -235,22 +232,14 @@ func runCancel(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// loadView reads the whole ledger view, with its checkpoint.
-func loadView(ctx context.Context, s *session) (*scheduler.View, error) {
-	kv, err := s.bucket(ctx, s.n.LedgerBucket())
-	if err != nil {
-		return nil, err
-	}
-	return natsstore.New(s.js, kv).Load(ctx)
-}
-
-// loadState reads the ledger state, as of the view's checkpoint.
+// loadState reads the ledger as of the scheduler's checkpoint
+// (client.Snapshot).
 func loadState(ctx context.Context, s *session) (*ledger.State, error) {
-	view, err := loadView(ctx, s)
+	snap, err := s.c.Snapshot(ctx)
 	if err != nil {
-		return nil, err
+		return nil, bucketHint(err)
 	}
-	return view.State, nil
+	return snap.State, nil
 }
 
 // jobStates are the states a job can be in, in the order of its life.
@@ -314,55 +303,23 @@ func runJobs(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	byEnd := *sinceText != "" || *untilText != ""
-	inRange := func(j *ledger.Job) bool {
-		if j.EndedAt.IsZero() {
-			return until.IsZero()
-		}
-		return !j.EndedAt.Before(since) && (until.IsZero() || j.EndedAt.Before(until))
-	}
 	s, err := e.session()
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	st, err := loadState(ctx, s)
+	page, err := s.c.Jobs(ctx, client.JobFilter{Account: *account, State: ledger.JobState(*state), Since: since, Until: until, Limit: max(*limit, 0)})
 	if err != nil {
-		return err
+		return bucketHint(err)
 	}
-	rows := []jobRow{}
-	want := func(j *ledger.Job) bool {
-		return (*account == "" || j.Account == *account) && (*state == "" || string(j.State) == *state) && (!byEnd || inRange(j))
-	}
-	for _, j := range st.Jobs {
-		if want(j) {
-			rows = append(rows, rowOf(j))
+	warnForeign(e, page.Foreign)
+	rows := make([]jobRow, 0, len(page.Jobs))
+	for _, j := range page.Jobs {
+		r := rowOf(j.Job)
+		if j.Archived != nil {
+			r.Archived = j.Archived.ArchivedAt
 		}
-	}
-	if byEnd {
-		// The history holds jobs archived out of the ledger. A job in both
-		// (archived as the view was read, or an id used again) is listed
-		// as the ledger has it.
-		err := s.c.Histories(ctx, *account, since, func(h wire.History) error {
-			if _, live := st.Jobs[h.Job.ID]; live && st.Jobs[h.Job.ID].SubmittedAt.Equal(h.Job.SubmittedAt) || !want(h.Job) {
-				return nil
-			}
-			r := rowOf(h.Job)
-			r.Archived = h.ArchivedAt
-			rows = append(rows, r)
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-	}
-	sort.Slice(rows, func(i, k int) bool {
-		if !rows[i].Submitted.Equal(rows[k].Submitted) {
-			return rows[i].Submitted.After(rows[k].Submitted)
-		}
-		return rows[i].ID > rows[k].ID
-	})
-	if *limit > 0 && len(rows) > *limit {
-		rows = rows[:*limit]
+		rows = append(rows, r)
 	}
 	if e.output == "json" {
 		return printJSON(e.stdout, rows)

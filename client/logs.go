@@ -1,0 +1,127 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpuq/gpuq/ledger"
+	"github.com/gpuq/gpuq/wire"
+)
+
+// ErrNoAttempt is returned by [Client.Logs] for an attempt the job's record
+// does not name.
+var ErrNoAttempt = errors.New("gpuq: no such attempt")
+
+// ErrBadChunk is wrapped by the error [Client.Logs] yields for a message of
+// the logs stream that is not a log chunk; the read goes on after it.
+var ErrBadChunk = errors.New("gpuq: not a log chunk")
+
+// AttemptHost returns the host attempt n of j ran on, or "" when the record
+// names none.
+func AttemptHost(j *ledger.Job, n int) string {
+	for _, a := range j.Attempts {
+		if a.N == n {
+			return a.Host
+		}
+	}
+	if n == j.Attempt {
+		return j.Host
+	}
+	return ""
+}
+
+// LogOptions say which output [Client.Logs] reads.
+type LogOptions struct {
+	// Attempt is the attempt to read; 0 for the job's latest.
+	Attempt int
+	// Follow waits for more output until the attempt ends (its end
+	// marker), rather than ending with the output stored so far.
+	Follow bool
+}
+
+// logIdle is how long a read that does not follow waits for the output
+// stored so far; logPoll how long one pull of a follow waits.
+const (
+	logIdle = 500 * time.Millisecond
+	logPoll = 5 * time.Second
+)
+
+// Logs reads the output of one attempt of job j (its record, from
+// [Client.Job] or [Client.Lookup]), oldest first, ending with the attempt's
+// end marker (a chunk with End set) once the worker has sent it. Without
+// Follow it ends with the output stored so far; with Follow it waits until
+// the end marker or the end of ctx (which ends the sequence without an
+// error).
+//
+// Only chunks from the host the attempt ran on are read: another host's
+// worker can publish chunks that name this job, but only under its own
+// host. A tenant reads its own account's logs.
+//
+// The sequence yields an error wrapping [ErrBadChunk] for a message that is
+// not a chunk and goes on; any other error ends it. Logs returns
+// [ErrNoAttempt] (in the sequence's one error) for an attempt the record
+// does not name, among them every attempt of a job that has not run.
+func (c *Client) Logs(ctx context.Context, j *ledger.Job, o LogOptions) iter.Seq2[wire.LogChunk, error] {
+	return func(yield func(wire.LogChunk, error) bool) {
+		want := o.Attempt
+		if want == 0 {
+			want = j.Attempt
+		}
+		host := ""
+		if want > 0 {
+			host = AttemptHost(j, want)
+		}
+		if host == "" {
+			yield(wire.LogChunk{}, fmt.Errorf("job %s attempt %d (its latest is %d): %w", j.ID, want, j.Attempt, ErrNoAttempt))
+			return
+		}
+		cons, err := c.js.OrderedConsumer(ctx, c.n.LogsStream(), jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{c.n.Log(j.Account, j.ID, host)}, NamePrefix: ConsumerName()})
+		if err != nil {
+			yield(wire.LogChunk{}, fmt.Errorf("read the output of job %s: %w", j.ID, err))
+			return
+		}
+		wait := logIdle
+		if o.Follow {
+			wait = logPoll
+		}
+		for {
+			batch, err := cons.Fetch(256, jetstream.FetchMaxWait(wait))
+			if err != nil {
+				if ctx.Err() == nil {
+					yield(wire.LogChunk{}, fmt.Errorf("read the output of job %s: %w", j.ID, err))
+				}
+				return
+			}
+			got := 0
+			for m := range batch.Messages() {
+				got++
+				ch, err := wire.DecodeLogChunk(c.n, m.Subject(), m.Headers().Get, m.Data())
+				if err != nil {
+					if !yield(wire.LogChunk{}, fmt.Errorf("%w: %w", ErrBadChunk, err)) {
+						return
+					}
+					continue
+				}
+				if ch.Attempt != want {
+					continue
+				}
+				if !yield(ch, nil) || ch.End != "" {
+					return
+				}
+			}
+			if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
+				yield(wire.LogChunk{}, fmt.Errorf("read the output of job %s: %w", j.ID, err))
+				return
+			}
+			if got == 0 && !o.Follow || ctx.Err() != nil {
+				return // everything stored so far is read; the attempt is still running
+			}
+		}
+	}
+}
