@@ -1,10 +1,10 @@
 package scheduler
 
 import (
+	"encoding/binary"
 	"hash/fnv"
+	"math"
 	"time"
-
-	"github.com/cenkalti/backoff/v4"
 )
 
 // DefaultJobRetention is how long a finished job stays in the ledger before
@@ -93,10 +93,16 @@ func (c *CoreConfig) withDefaults() CoreConfig {
 }
 
 // RetryPolicy is the exponential backoff between an attempt that failed
-// through no fault of the job and the next: Initial after the first
-// failure, times Multiplier after each further one, at most Max, each
-// spread by up to ±Jitter of itself. The jitter is drawn from the job id
-// and attempt, so every scheduler computes the same delay.
+// through no fault of the job and the next. The delay after n failures
+// (n ≥ 1) is closed-form:
+//
+//	base(n)  = min(Initial × Multiplier^(n−1), Max)
+//	delay(n) = base(n) × (1 + Jitter × u),  u in [−1, 1]
+//
+// where u is drawn from a hash of the job id and n, not from a random
+// source: every scheduler, and `gpuq why`, computes the same delay for the
+// same job and failure count, and no clock is read. With Jitter 0 (the
+// default) the delay is base(n) exactly.
 type RetryPolicy struct {
 	// Initial defaults to 10s.
 	Initial time.Duration
@@ -123,21 +129,25 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 }
 
 // Delay returns the wait before the next attempt of job after failures
-// failed attempts (failures ≥ 1). (For HostBackoff, job is the host and
-// failures its refusals in a row.)
+// failed attempts (failures ≥ 1; less counts as 1), by the formula on
+// [RetryPolicy]. (For HostBackoff, job is the host and failures its
+// failures in a row.) It is a pure function of its arguments: no clock, no
+// random source.
 func (p RetryPolicy) Delay(job string, failures int) time.Duration {
 	p = p.withDefaults()
-	b := &backoff.ExponentialBackOff{InitialInterval: p.Initial, Multiplier: p.Multiplier, MaxInterval: p.Max,
-		RandomizationFactor: 0, Stop: backoff.Stop, Clock: backoff.SystemClock}
-	b.Reset()
-	d := p.Initial
-	for range max(failures, 1) {
-		d = b.NextBackOff()
+	failures = max(failures, 1)
+	d := p.Max
+	// Initial × Multiplier^(failures−1), computed only while below Max,
+	// so it never overflows.
+	if b := float64(p.Initial) * math.Pow(p.Multiplier, float64(failures-1)); b < float64(p.Max) {
+		d = time.Duration(b)
 	}
 	if p.Jitter > 0 {
 		h := fnv.New64a()
 		h.Write([]byte(job))
-		h.Write([]byte{byte(failures)})
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(failures))
+		h.Write(n[:])
 		u := float64(h.Sum64()%1_000_001)/1_000_000*2 - 1 // in [-1, 1]
 		d = time.Duration(float64(d) * (1 + p.Jitter*u))
 	}

@@ -20,7 +20,13 @@ import (
 // when the fold applies it from the log, and the fold re-checks what the
 // decision assumed.
 //
-// Core performs no I/O, reads no clock and is not safe for concurrent use.
+// Core performs no I/O, reads no clock, draws no random number and is not
+// safe for concurrent use. Its output is a function of its inputs alone:
+// every tie is broken by a stable key (a host's name, a job's id), no map
+// order reaches a decision, an emitted order or a float sum, and a retry
+// delay is closed-form ([RetryPolicy.Delay]). The determinism tests
+// (determinism_test.go) feed it clones of one state filled in shuffled
+// orders and require identical output.
 type Core struct {
 	cfg      CoreConfig
 	queue    *Queue
@@ -616,16 +622,22 @@ func (c *Core) endings(now time.Time) endings {
 				es[i].at = now
 			}
 		}
-		slices.SortFunc(es, func(a, b ending) int { return a.at.Compare(b.at) })
+		slices.SortFunc(es, compareEndings)
 		ends[host] = es
 	}
 	return ends
 }
 
-// add records e on host, keeping the host's endings in time order.
+// compareEndings orders endings by time, then GPUs: a total order on
+// their values, so a host's list is the same whatever order the maps gave.
+func compareEndings(a, b ending) int {
+	return cmp.Or(a.at.Compare(b.at), cmp.Compare(a.gpus, b.gpus))
+}
+
+// add records e on host, keeping the host's endings in order.
 func (ends endings) add(host string, e ending) {
 	es := ends[host]
-	i, _ := slices.BinarySearchFunc(es, e.at, func(x ending, at time.Time) int { return x.at.Compare(at) })
+	i, _ := slices.BinarySearchFunc(es, e, compareEndings)
 	ends[host] = slices.Insert(es, i, e)
 }
 

@@ -242,12 +242,17 @@ func (p *Pass) End() {
 	p.skipped, p.aside = nil, nil
 }
 
-// before orders items: higher priority first, then lower submit sequence.
+// before orders items: higher priority first, then lower submit sequence,
+// then job id. The order is total (ids are unique), so which job comes
+// first never depends on the order the heap was filled in.
 func before(a, b *item) bool {
 	if a.Priority != b.Priority {
 		return a.Priority > b.Priority
 	}
-	return a.SubmitSeq < b.SubmitSeq
+	if a.SubmitSeq != b.SubmitSeq {
+		return a.SubmitSeq < b.SubmitSeq
+	}
+	return a.Job < b.Job
 }
 
 type itemHeap []*item
@@ -265,8 +270,8 @@ func (h *itemHeap) Pop() any {
 }
 
 // headHeap orders accounts by their best live item: priority, then the
-// account's share, then age. Every account in it has a live item (fixHead
-// keeps it so).
+// account's share, then age, then account id (a total order, as in
+// before). Every account in it has a live item (fixHead keeps it so).
 type headHeap struct {
 	items []*accountQueue
 	share ShareFunc
@@ -284,7 +289,10 @@ func (h *headHeap) Less(i, j int) bool {
 	if sa, sb := h.share(a.Account), h.share(b.Account); sa != sb {
 		return sa < sb
 	}
-	return a.SubmitSeq < b.SubmitSeq
+	if a.SubmitSeq != b.SubmitSeq {
+		return a.SubmitSeq < b.SubmitSeq
+	}
+	return a.Account < b.Account
 }
 func (h *headHeap) Swap(i, j int) {
 	h.items[i], h.items[j] = h.items[j], h.items[i]

@@ -78,7 +78,19 @@ func TestSimLongRun(t *testing.T) {
 	}
 	sd := seed(t)
 	t.Logf("simulation seed %d, %d days", sd, days)
-	began := time.Now()
+	began := time.Now() // for the log only: nothing in the run reads the wall clock
+	r := longRunFor(t, sd, days)
+	t.Logf("%d simulated days (and one after the takeover) in %v", days, time.Since(began).Round(time.Millisecond))
+	if r.archives == 0 || r.reused == 0 || r.cancels == 0 {
+		t.Errorf("the run archived %d jobs, reused %d ids and cancelled %d jobs: it tested too little", r.archives, r.reused, r.cancels)
+	}
+}
+
+// longRunFor is the run of TestSimLongRun, on seed, for days (at least 3)
+// and a day after a takeover. It checks the state every day; whether the
+// run exercised enough (archives, reused ids, cancels) is the caller's to
+// judge, as a short run may have reused no id.
+func longRunFor(t *testing.T, sd uint64, days int) *longRun {
 	cfg := scheduler.CoreConfig{JobRetention: lrRetention}
 	r := &longRun{sim: newSim(t, sd, cfg), cfg: cfg, journal: map[string][]ledger.StoredEntry{},
 		seals: map[string][]int{}, runs: map[string]*lrRun{}, submitted: map[string]time.Time{},
@@ -114,15 +126,11 @@ func TestSimLongRun(t *testing.T) {
 			fullAudited += r.audit(d, true)
 		}
 	}
-	ran := time.Since(began)
-	t.Logf("%d days in %v: %d jobs submitted (%d under an archived id), %d archived, %d cancels, %v; "+
+	t.Logf("%d days: %d jobs submitted (%d under an archived id), %d archived, %d cancels, %v; "+
 		"at most %d jobs in the state after day 2 (day %d), bound %d; %d journal entries, %d posted by the daily audits, %d by the full ones",
-		days, ran.Round(time.Millisecond), r.n, r.reused, r.archives, r.cancels, r.statuses, maxJobs, maxJobsDay, r.bound(), r.msgs, audited, fullAudited)
-	if r.archives == 0 || r.reused == 0 || r.cancels == 0 {
-		t.Errorf("the run archived %d jobs, reused %d ids and cancelled %d jobs: it tested too little", r.archives, r.reused, r.cancels)
-	}
-
-	r.takeover()
+		days, r.n, r.reused, r.archives, r.cancels, r.statuses, maxJobs, maxJobsDay, r.bound(), r.msgs, audited, fullAudited)
+	r.takeover(days)
+	return r
 }
 
 // interarrival draws the time to the next submission of a Poisson stream
@@ -190,6 +198,7 @@ func (r *longRun) submitOne(acct string) {
 // part for its orders.
 func (r *longRun) apply(cmd ledger.Command) ledger.Result {
 	r.t.Helper()
+	r.record(cmd)
 	res := r.l.Apply(cmd)
 	r.core.Observe(r.l.State, cmd, res)
 	if r.twin != nil {
@@ -400,11 +409,11 @@ func (r *longRun) audit(d int, full bool) int {
 	return n
 }
 
-// takeover loads the state as a new leader would, from its stored records,
+// takeover, at the end of day days, loads the state as a new leader would, from its stored records,
 // checks it holds only jobs in flight or within the retention, and runs
 // another day with both leaders deciding: the new one must decide exactly
 // as the old.
-func (r *longRun) takeover() {
+func (r *longRun) takeover(days int) {
 	t, s := r.t, r.l.State
 	loaded := ledger.New()
 	loaded.Seq = s.Seq
@@ -458,7 +467,7 @@ func (r *longRun) takeover() {
 		}
 	}
 	t.Logf("takeover at day %d: the new leader loads %d accounts and %d jobs (%d in flight, %d ended within the retention) of %d submitted",
-		*simDays, len(loaded.Accounts), len(loaded.Jobs), inFlight, recent, r.n)
+		days, len(loaded.Accounts), len(loaded.Jobs), inFlight, recent, r.n)
 	if q := twin.ArchiveQueued(); q != recent {
 		t.Fatalf("the new leader queues %d jobs to archive, want the %d ended ones", q, recent)
 	}
@@ -466,8 +475,8 @@ func (r *longRun) takeover() {
 	r.twin = twin
 	before := r.archives
 	r.runTo(r.now().Add(24 * time.Hour))
-	r.checkDay(*simDays + 1)
-	r.audit(*simDays+1, false)
+	r.checkDay(days + 1)
+	r.audit(days+1, false)
 	if r.archives == before {
 		t.Error("no job was archived in the day after the takeover")
 	}

@@ -4,15 +4,19 @@
 // workload. Every command goes through the real fold (ledgertest.Log checks
 // the invariants and recomputes the journal after each one), and every
 // decision comes from the real Core. A failing run prints its seed; replay
-// it with -sim.seed=N.
+// it with -sim.seed=N: a run is a function of its seed alone (no map order
+// reaches an event, no wall clock or global random source is read), and
+// TestDeterminismSimReplay shows it by comparing the traces of two runs.
 package scheduler_test
 
 import (
 	"container/heap"
 	"flag"
 	"fmt"
+	"maps"
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -99,6 +103,9 @@ type sim struct {
 	starts     map[string][]time.Time
 	shadowAt   map[string]time.Time // the first backfill reservation of each job
 	picks      int                  // dispatches so far
+	// trace is every command applied, in order, with its time: two runs
+	// of one seed must have the same.
+	trace []string
 	// onStep runs after every applied command.
 	onStep func()
 	// orders, if set, plays the workers' part for every order instead of
@@ -139,6 +146,7 @@ func (s *sim) at(at time.Time, fn func()) {
 // workers' part for its orders.
 func (s *sim) apply(cmd ledger.Command) ledger.Result {
 	s.t.Helper()
+	s.record(cmd)
 	res := s.l.Apply(cmd)
 	s.core.Observe(s.l.State, cmd, res)
 	for _, e := range res.Effects {
@@ -165,6 +173,22 @@ func (s *sim) apply(cmd ledger.Command) ledger.Result {
 		s.onStep()
 	}
 	return res
+}
+
+// record adds cmd, about to be applied at the next sequence now, to the
+// trace.
+func (s *sim) record(cmd ledger.Command) {
+	s.trace = append(s.trace, fmt.Sprintf("%d %s %T %+v", s.l.Seq+1, s.now().Format(time.RFC3339Nano), cmd, cmd))
+}
+
+// create creates account id with balance, through apply (so the core
+// observes it and the trace has it).
+func (s *sim) create(id string, balance ledger.Credits) {
+	s.t.Helper()
+	res := s.apply(ledger.Admin{Account: id, ID: "create-" + id, Op: ledger.OpCreate, Balance: balance})
+	if ev, ok := ledgertest.First[ledger.AccountEvent](res); !ok || ev.Type != ledger.EventCreated {
+		s.t.Fatalf("create %s: %+v", id, res.Effects)
+	}
 }
 
 // start is the simulated worker taking an order: it claims devices, reports
@@ -251,31 +275,32 @@ func (s *sim) run(until time.Time) {
 	}
 }
 
-// TestSimFairShare runs three always-backlogged accounts with weights 1:2:3
-// on a saturated cluster for two days: each gets its weight's share of the
-// GPU-seconds, within 3 percentage points. Then a fourth account joins and
-// reaches its share of the cluster within a bounded number of picks.
-func TestSimFairShare(t *testing.T) {
-	t.Parallel()
-	s := newSim(t, seed(t), scheduler.CoreConfig{HalfLife: time.Hour})
-	weights := map[string]int{"a": 1, "b": 2, "c": 3}
-	for acct, w := range weights {
-		s.l.Create(acct, ledger.MaxCredits/8)
-		s.apply(ledger.Admin{Account: acct, ID: "w", Op: ledger.OpWeight, Weight: w})
+// fairShareWeights are the accounts of TestSimFairShare and their weights.
+var fairShareWeights = map[string]int{"a": 1, "b": 2, "c": 3}
+
+// fairShareRun runs the workload of TestSimFairShare for d: three
+// always-backlogged accounts with weights 1:2:3 on two 8-GPU hosts, each
+// end submitting a new job so that five stay pending per account. It
+// returns the sim, still backlogging, for more.
+func fairShareRun(t *testing.T, seed uint64, d time.Duration) *sim {
+	s := newSim(t, seed, scheduler.CoreConfig{HalfLife: time.Hour})
+	for _, acct := range slices.Sorted(maps.Keys(fairShareWeights)) {
+		s.create(acct, ledger.MaxCredits/8)
+		s.apply(ledger.Admin{Account: acct, ID: "w", Op: ledger.OpWeight, Weight: fairShareWeights[acct]})
 	}
 	s.host("h1", "H100", 8)
 	s.host("h2", "H100", 8)
 	n := 0
-	var backlog func(acct string)
-	backlog = func(acct string) {
+	backlog := func(acct string) {
 		n++
 		id := fmt.Sprintf("%s-%d", acct, n)
 		runtime := time.Duration(10+s.rng.IntN(21)) * time.Minute
 		s.submit(ledger.Submit{Account: acct, ID: id, GPUs: 1 + s.rng.IntN(2), Cost: 1, Walltime: 40 * time.Minute}, simJob{runtime: runtime})
 	}
-	// Keep five jobs pending per account: each end submits a new one.
+	// Keep five jobs pending per account: each end submits a new one. In
+	// account order: which account draws first changes every draw after.
 	s.onStep = func() {
-		for acct := range s.l.State.Accounts {
+		for _, acct := range slices.Sorted(maps.Keys(s.l.State.Accounts)) {
 			pending := 0
 			for _, j := range s.l.State.Jobs {
 				if j.Account == acct && j.State == ledger.StatePending {
@@ -288,16 +313,26 @@ func TestSimFairShare(t *testing.T) {
 		}
 	}
 	s.onStep()
-	start := s.now()
-	s.run(start.Add(48 * time.Hour))
+	s.run(s.now().Add(d))
+	return s
+}
+
+// TestSimFairShare runs three always-backlogged accounts with weights 1:2:3
+// on a saturated cluster for two days: each gets its weight's share of the
+// GPU-seconds, within 3 percentage points. Then a fourth account joins and
+// reaches its share of the cluster within a bounded number of picks.
+func TestSimFairShare(t *testing.T) {
+	t.Parallel()
+	s := fairShareRun(t, seed(t), 48*time.Hour)
 	total := 0.0
-	for _, g := range s.gpuSeconds {
-		total += g
+	for _, acct := range slices.Sorted(maps.Keys(s.gpuSeconds)) { // a float sum: in account order
+		total += s.gpuSeconds[acct]
 	}
 	if total < 0.95*16*48*3600 {
 		t.Errorf("the cluster was not saturated: %.0f of %d GPU-seconds used", total, 16*48*3600)
 	}
-	for acct, w := range weights {
+	for _, acct := range slices.Sorted(maps.Keys(fairShareWeights)) {
+		w := fairShareWeights[acct]
 		got, want := s.gpuSeconds[acct]/total, float64(w)/6
 		t.Logf("account %s (weight %d): %.1f%% of GPU-seconds, fair share %.1f%%", acct, w, 100*got, 100*want)
 		if got < want-0.03 || got > want+0.03 {
@@ -307,7 +342,7 @@ func TestSimFairShare(t *testing.T) {
 
 	// A newcomer with weight 2 of 8 should soon hold a quarter of the 16
 	// GPUs: count the picks until it does.
-	s.l.Create("d", ledger.MaxCredits/8)
+	s.create("d", ledger.MaxCredits/8)
 	s.apply(ledger.Admin{Account: "d", ID: "w", Op: ledger.OpWeight, Weight: 2})
 	reached, base := -1, s.picks
 	prev := s.onStep
@@ -334,47 +369,53 @@ func TestSimCapsAndLiveness(t *testing.T) {
 	t.Parallel()
 	base := seed(t)
 	for i := range uint64(20) {
-		s := newSim(t, base+i, scheduler.CoreConfig{})
-		accts := []string{"a", "b", "c"}
-		for _, acct := range accts {
-			s.l.Create(acct, 1_000_000)
-			s.apply(ledger.Admin{Account: acct, ID: "lim", Op: ledger.OpLimits,
-				Limits: ledger.Limits{MaxRunningJobs: s.rng.IntN(4), MaxRunningGPUs: s.rng.IntN(9)}})
+		capsRun(t, base+i)
+	}
+}
+
+// capsRun is one run of TestSimCapsAndLiveness, on seed.
+func capsRun(t *testing.T, seed uint64) *sim {
+	s := newSim(t, seed, scheduler.CoreConfig{})
+	accts := []string{"a", "b", "c"}
+	for _, acct := range accts {
+		s.create(acct, 1_000_000)
+		s.apply(ledger.Admin{Account: acct, ID: "lim", Op: ledger.OpLimits,
+			Limits: ledger.Limits{MaxRunningJobs: s.rng.IntN(4), MaxRunningGPUs: s.rng.IntN(9)}})
+	}
+	s.host("h1", "H100", 8)
+	s.host("h2", "H200", 4)
+	var ids []string
+	for k := range 60 {
+		id := fmt.Sprintf("j%d", k)
+		ids = append(ids, id)
+		acct := accts[s.rng.IntN(len(accts))]
+		gpus := 1 + s.rng.IntN(4)
+		if lim := s.l.Account(acct).Limits.MaxRunningGPUs; lim > 0 && gpus > lim {
+			gpus = lim // a job wider than its account's GPU cap could never run
 		}
-		s.host("h1", "H100", 8)
-		s.host("h2", "H200", 4)
-		var ids []string
-		for k := range 60 {
-			id := fmt.Sprintf("j%d", k)
-			ids = append(ids, id)
-			acct := accts[s.rng.IntN(len(accts))]
-			gpus := 1 + s.rng.IntN(4)
-			if lim := s.l.Account(acct).Limits.MaxRunningGPUs; lim > 0 && gpus > lim {
-				gpus = lim // a job wider than its account's GPU cap could never run
+		at := s.now().Add(time.Duration(s.rng.IntN(120)) * time.Minute)
+		runtime := time.Duration(1+s.rng.IntN(60)) * time.Minute
+		s.at(at, func() {
+			s.submit(ledger.Submit{Account: acct, ID: id, GPUs: gpus, Cost: 1, Walltime: 2 * time.Hour}, simJob{runtime: runtime})
+		})
+	}
+	s.onStep = func() {
+		for _, a := range s.l.State.Accounts {
+			if m := a.Limits.MaxRunningJobs; m > 0 && a.RunningJobs > m {
+				t.Fatalf("seed %d: account %s runs %d jobs, cap %d", seed, a.ID, a.RunningJobs, m)
 			}
-			at := s.now().Add(time.Duration(s.rng.IntN(120)) * time.Minute)
-			runtime := time.Duration(1+s.rng.IntN(60)) * time.Minute
-			s.at(at, func() {
-				s.submit(ledger.Submit{Account: acct, ID: id, GPUs: gpus, Cost: 1, Walltime: 2 * time.Hour}, simJob{runtime: runtime})
-			})
-		}
-		s.onStep = func() {
-			for _, a := range s.l.State.Accounts {
-				if m := a.Limits.MaxRunningJobs; m > 0 && a.RunningJobs > m {
-					t.Fatalf("seed %d: account %s runs %d jobs, cap %d", base+i, a.ID, a.RunningJobs, m)
-				}
-				if m := a.Limits.MaxRunningGPUs; m > 0 && a.RunningGPUs > m {
-					t.Fatalf("seed %d: account %s runs %d GPUs, cap %d", base+i, a.ID, a.RunningGPUs, m)
-				}
-			}
-		}
-		s.run(s.now().Add(48 * time.Hour))
-		for _, id := range ids {
-			if j := s.l.State.Jobs[id]; j == nil || j.State != ledger.StateSucceeded {
-				t.Fatalf("seed %d: job %s did not finish: %+v", base+i, id, j)
+			if m := a.Limits.MaxRunningGPUs; m > 0 && a.RunningGPUs > m {
+				t.Fatalf("seed %d: account %s runs %d GPUs, cap %d", seed, a.ID, a.RunningGPUs, m)
 			}
 		}
 	}
+	s.run(s.now().Add(48 * time.Hour))
+	for _, id := range ids {
+		if j := s.l.State.Jobs[id]; j == nil || j.State != ledger.StateSucceeded {
+			t.Fatalf("seed %d: job %s did not finish: %+v", seed, id, j)
+		}
+	}
+	return s
 }
 
 // TestSimHeldJobStartsWhenBucketCovers holds a job its account cannot pay
@@ -383,7 +424,7 @@ func TestSimCapsAndLiveness(t *testing.T) {
 func TestSimHeldJobStartsWhenBucketCovers(t *testing.T) {
 	t.Parallel()
 	s := newSim(t, seed(t), scheduler.CoreConfig{})
-	s.l.Create("a", 0)
+	s.create("a", 0)
 	s.apply(ledger.Admin{Account: "a", ID: "r", Op: ledger.OpRefill, RatePerHour: 7, Cap: 1000})
 	s.host("h", "H100", 8)
 	t0 := s.now()
@@ -414,7 +455,7 @@ func TestSimHeldJobStartsWhenBucketCovers(t *testing.T) {
 func TestSimMeteredCharges(t *testing.T) {
 	t.Parallel()
 	s := newSim(t, seed(t), scheduler.CoreConfig{})
-	s.l.Create("a", ledger.MaxCredits/2)
+	s.create("a", ledger.MaxCredits/2)
 	prices := map[string]ledger.Credits{"H100": 3600, "H200": 7777}
 	s.apply(ledger.SetPricing{ID: "p", PerGPUHour: prices, Default: 1, FailurePercent: 40})
 	s.host("h100", "H100", 8)
@@ -477,7 +518,7 @@ func TestSimBackfillNeverDelaysAWideJob(t *testing.T) {
 	backfilled := 0
 	for i := range uint64(30) {
 		s := newSim(t, base+i, scheduler.CoreConfig{})
-		s.l.Create("a", ledger.MaxCredits/2)
+		s.create("a", ledger.MaxCredits/2)
 		s.host("h", "H100", 8)
 		var wide []string
 		for k := range 40 {
@@ -526,7 +567,7 @@ func TestSimBackfillScenario(t *testing.T) {
 	t.Parallel()
 	for _, off := range []bool{false, true} {
 		s := newSim(t, 1, scheduler.CoreConfig{NoBackfill: off})
-		s.l.Create("a", 1000)
+		s.create("a", 1000)
 		s.host("h", "H100", 8)
 		s.submit(ledger.Submit{Account: "a", ID: "running", GPUs: 4, Cost: 1, Walltime: time.Hour}, simJob{runtime: time.Hour})
 		s.round()
@@ -555,7 +596,7 @@ func TestSimBackfillScenario(t *testing.T) {
 func TestSimRetriesFollowThePolicy(t *testing.T) {
 	t.Parallel()
 	s := newSim(t, seed(t), scheduler.CoreConfig{Retry: scheduler.RetryPolicy{Initial: 10 * time.Second, Multiplier: 3, Max: time.Hour}})
-	s.l.Create("a", 1000)
+	s.create("a", 1000)
 	s.host("h", "H100", 8)
 	s.submit(ledger.Submit{Account: "a", ID: "third-time", GPUs: 1, Cost: 100, MaxAttempts: 3}, simJob{runtime: time.Minute, infra: 2})
 	s.submit(ledger.Submit{Account: "a", ID: "gives-up", GPUs: 1, Cost: 100, MaxAttempts: 2}, simJob{runtime: time.Minute, infra: 5})

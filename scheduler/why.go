@@ -3,6 +3,7 @@ package scheduler
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -154,7 +155,8 @@ func Explain(s *ledger.State, hosts []wire.Host, id string, now time.Time, cfg C
 	// The reservation blocks the job if some host has room for it and the
 	// reservation rules out every such host, as in place. Room is judged as
 	// for no_free_gpus: from the ledger's jobs on each host.
-	for _, sh := range shadows {
+	for _, id := range slices.Sorted(maps.Keys(shadows)) { // in job order, so the output is the same on every run
+		sh := shadows[id]
 		room, allowed := false, false
 		for _, h := range hosts {
 			if h.Capacity()-used[h.Host] >= j.GPUs {
