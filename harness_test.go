@@ -467,7 +467,7 @@ func (c *cluster) audit() *ledger.State {
 	if err != nil {
 		c.t.Fatalf("load the ledger: %v", err)
 	}
-	j, err := natsbus.ReadJournal(c.ctx(), c.js, c.n)
+	j, err := c.c.Journal(c.ctx(), time.Time{})
 	if err != nil {
 		c.t.Fatalf("read the journal: %v", err)
 	}

@@ -333,7 +333,8 @@ func (d *deployment) audit() []string {
 	if err != nil {
 		d.t.Fatalf("admin loads the ledger view: %v", err)
 	}
-	j, err := natsbus.ReadJournal(d.ctx, ajs, d.n)
+	admin := d.client(roleAdmin)
+	j, err := admin.Journal(d.ctx, time.Time{})
 	if err != nil {
 		d.t.Fatalf("admin reads the journal: %v", err)
 	}
@@ -343,7 +344,7 @@ func (d *deployment) audit() []string {
 		diffs = append(diffs, err.Error())
 	}
 	// And as gpuq audit does by default: from each account's newest seal.
-	j, err = natsbus.ReadJournalFromSeals(d.ctx, ajs, d.n, view.State, view.Checkpoint, natsbus.SealMargin)
+	j, err = admin.JournalFromSeals(d.ctx, view.State, view.Checkpoint, client.SealMargin)
 	if err != nil {
 		d.t.Fatalf("admin reads the journal from the seals: %v", err)
 	}

@@ -92,7 +92,6 @@ func (c *Client) Audit(ctx context.Context, o AuditOptions) (AuditReport, error)
 	if o.SealMargin == 0 {
 		o.SealMargin = SealMargin
 	}
-	o.SealMargin = max(o.SealMargin, 0)
 	if o.StuckAfter == 0 {
 		o.StuckAfter = 2 * time.Minute
 	}
@@ -107,9 +106,9 @@ func (c *Client) Audit(ctx context.Context, o AuditOptions) (AuditReport, error)
 	var j Journal
 	if o.Full {
 		rep.From = "start"
-		j, err = c.readJournal(ctx, time.Time{})
+		j, err = c.Journal(ctx, time.Time{})
 	} else {
-		j, err = c.readJournalFromSeals(ctx, snap.State, snap.Checkpoint, o.SealMargin)
+		j, err = c.JournalFromSeals(ctx, snap.State, snap.Checkpoint, o.SealMargin)
 	}
 	if err != nil {
 		return rep, err

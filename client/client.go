@@ -1,15 +1,17 @@
 // Package client is the Go API a pipeline uses to talk to gpuq: submit a job
 // and learn whether it was accepted, cancel it, watch a job's events until
 // it ends, and read what gpuq knows: jobs (with filters and paging, archived
-// ones too), accounts, hosts, a job's output, usage, and an audit of the
-// ledger against its journal. The gpuq command is a thin layer over it.
+// ones too), accounts, hosts, a job's output, usage, the journal of every
+// balance movement, and an audit of the ledger against that journal. The
+// gpuq command is a thin layer over it.
 //
 // Reads come in two consistencies. [Client.Job], [Client.Account],
 // [Client.Jobs] and [Client.Accounts] read each ledger key's current value:
 // every record as of one moment, not the ledger as of one command.
 // [Client.Snapshot] reads the ledger as of the scheduler's checkpoint, with
 // records stored past it read back from their keys' history; [Client.Usage]
-// and [Client.Audit] use it, since they compare records with the journal.
+// and [Client.Audit] use it, since they compare records with the journal
+// ([Client.Journal], [Client.JournalFromSeals]).
 // No read goes through the scheduler's recovery, and a value gpuq did not
 // write is reported as a *[ForeignValueError], not a crash.
 //

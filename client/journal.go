@@ -17,8 +17,8 @@ import (
 	"github.com/gpuq/gpuq/wire"
 )
 
-// Journal is the journal entries a read found, as [ledger.AuditJournal]
-// takes them.
+// Journal is the journal entries a read ([Client.Journal],
+// [Client.JournalFromSeals]) found, as [ledger.AuditJournal] takes them.
 type Journal struct {
 	// Chained are the entries of the journal stream, in the order stored.
 	Chained []ledger.StoredEntry
@@ -28,9 +28,9 @@ type Journal struct {
 	// Bad says why each message that is not a journal entry was left out.
 	Bad []string
 	// Read is how many messages were read from the journal stream, and
-	// Stored how many it held (set by a read from the seals only). Whole
-	// names the accounts whose journal a read from the seals read whole
-	// after all, with why.
+	// Stored how many it held (set by [Client.JournalFromSeals] only).
+	// Whole names the accounts whose journal a read from the seals read
+	// whole after all, with why.
 	Read, Stored uint64
 	Whole        []string
 }
@@ -43,11 +43,17 @@ type Journal struct {
 // journal stream, which may run behind the one that stamped the command.
 const SealMargin = 10 * time.Minute
 
-// readJournal reads every journal entry kept in the journal stream stored at
-// or after from (zero: all) and, where an older version left them, in the
-// events stream (whole). A message whose de-duplication id was already read
-// (a re-sent effect) is read once.
-func (c *Client) readJournal(ctx context.Context, from time.Time) (Journal, error) {
+// Journal reads every journal entry kept in the journal stream stored at or
+// after from (zero: all of them) and, where an older version left them, in
+// the events stream (always whole). A message whose de-duplication id was
+// already read (a re-sent effect) is read once; a message that is not an
+// entry, or an entry on another account's subject, is left out and named in
+// the result's Bad. With a zero from, the result is what
+// [ledger.AuditJournal] checks in full ([Client.Audit] with Full). It needs
+// an admin's rights; the error is for a read that failed.
+func (c *Client) Journal(ctx context.Context, from time.Time) (Journal, error) {
+	ctx, cancel := c.ctx(ctx)
+	defer cancel()
 	var j Journal
 	var err error
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{c.n.JournalAll()}}
@@ -138,13 +144,17 @@ func (c *Client) readEntries(ctx context.Context, stream string, cfg jetstream.O
 	return out, read, nil
 }
 
-// readJournalFromSeals reads the journal as readJournal does, but of each
-// account of s (the ledger as of command checkpoint) with a journal chain
-// only from about its newest seal on: one ordered consumer per account,
-// filtered to its subject and started at the time of the seal's command
-// less margin (the server finds the first message at or after a time
-// without reading those before). It takes time in proportion to the
-// journal since the seals, not to the whole stream.
+// JournalFromSeals reads the journal as [Client.Journal] does, but of each
+// account of s (the ledger as of command checkpoint, as [Client.Snapshot]
+// reads it) with a journal chain only from about its newest seal on: one
+// ordered consumer per account, filtered to its subject and started at the
+// time of the seal's command less margin (the server finds the first
+// message at or after a time without reading those before). Margin is
+// [SealMargin] where the journal stream and the command stream are stamped
+// by different servers' clocks, and 0 (a negative margin counts as 0) where
+// one clock stamps both. It takes time in proportion to the journal since
+// the seals, not to the whole stream; the result's Stored is how many
+// messages the journal stream holds.
 //
 // What is read of an account must pass [ledger.CheckFromSeal]: it reaches
 // back to the seal the ledger's journal head names, and the chain verifies
@@ -159,7 +169,10 @@ func (c *Client) readEntries(ctx context.Context, stream string, cfg jetstream.O
 // Legacy entries in the events stream, kept no longer than events, are read
 // whole. Each consumer is deleted once read, which under deploy/ needs the
 // admin's $JS.API.CONSUMER.DELETE.GPUQ_JOURNAL.*.
-func (c *Client) readJournalFromSeals(ctx context.Context, s *ledger.State, checkpoint uint64, margin time.Duration) (Journal, error) {
+func (c *Client) JournalFromSeals(ctx context.Context, s *ledger.State, checkpoint uint64, margin time.Duration) (Journal, error) {
+	ctx, cancel := c.ctx(ctx)
+	defer cancel()
+	margin = max(margin, 0)
 	var j Journal
 	stream := c.n.JournalStream()
 	subjectCounts := map[string]uint64{}
@@ -219,13 +232,14 @@ func (c *Client) readJournalFromSeals(ctx context.Context, s *ledger.State, chec
 	return j, nil
 }
 
-// parallelReads is how many journal reads readJournalFromSeals keeps in
+// parallelReads is how many journal reads [Client.JournalFromSeals] keeps in
 // flight. (One consumer filtering many subjects is no cheaper: the server
 // checks its filters against each other and the stream's subject tree.)
 const parallelReads = 8
 
-// accountRead is one read of readJournalFromSeals: of a chained account's
-// subject from its newest seal (fromSeal), else of a subject whole.
+// accountRead is one read of [Client.JournalFromSeals]: of a chained
+// account's subject from its newest seal (fromSeal), else of a subject
+// whole.
 type accountRead struct {
 	account  string
 	subject  string

@@ -48,7 +48,7 @@ func (c *Client) Usage(ctx context.Context, q UsageQuery) (UsageReport, error) {
 	if !q.Since.IsZero() {
 		from = q.Since.Add(-SealMargin)
 	}
-	journal, err := c.readJournal(ctx, from)
+	journal, err := c.Journal(ctx, from)
 	if err != nil {
 		return UsageReport{}, err
 	}

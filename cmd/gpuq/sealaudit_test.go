@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/gpuq/gpuq/internal/natsbus"
+	"github.com/gpuq/gpuq/client"
 	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/subjects"
 	"github.com/gpuq/gpuq/wire"
@@ -98,7 +98,11 @@ func TestAuditReadsFromSeals(t *testing.T) {
 		t.Errorf("audit --full says: %s", out)
 	}
 
-	j, err := natsbus.ReadJournal(ctx, js, subjects.Default)
+	c, err := client.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := c.Journal(ctx, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}

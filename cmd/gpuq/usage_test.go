@@ -8,12 +8,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gpuq/gpuq/client"
-	"github.com/gpuq/gpuq/internal/natsbus"
 	"github.com/gpuq/gpuq/ledger"
-	"github.com/gpuq/gpuq/subjects"
 )
 
 // usageOut is gpuq usage --output json as a script reads it.
@@ -101,13 +98,13 @@ func TestUsageReconciles(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	c, err := client.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	journal, err := natsbus.ReadJournal(ctx, js, subjects.Default)
+	journal, err := c.Journal(ctx, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package natsbus_test
+package client_test
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/gpuq/gpuq/internal/natsbus"
+	"github.com/gpuq/gpuq/client"
 	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/wire"
 )
@@ -21,7 +21,7 @@ import (
 // 1001); then 50 grants more; then account nlp's creation and two grants.
 func newLiveJournal(t *testing.T) *journalFixture {
 	t.Helper()
-	f := newJournalAt(t)
+	f := newJournalAt(t, 60*time.Second)
 	f.apply(ledger.Admin{Account: "vision", ID: "op-1", Op: ledger.OpCreate, Balance: 10}, time.Now())
 	for i := range ledger.SealEvery - 1 + 50 {
 		f.apply(ledger.Admin{Account: "vision", ID: fmt.Sprintf("g%d", i), Op: ledger.OpGrant, Amount: 1}, time.Now())
@@ -38,9 +38,9 @@ func newLiveJournal(t *testing.T) *journalFixture {
 
 // fromSeals reads the journal from the seals on, with no margin (one
 // clock stamps commands and entries here), and audits it.
-func (f *journalFixture) fromSeals() (natsbus.Journal, string) {
+func (f *journalFixture) fromSeals() (client.Journal, string) {
 	f.t.Helper()
-	j, err := natsbus.ReadJournalFromSeals(f.ctx, f.js, f.n, f.state, f.state.Seq, 0)
+	j, err := f.c.JournalFromSeals(f.ctx, f.state, f.state.Seq, 0)
 	if err != nil {
 		f.t.Fatal(err)
 	}

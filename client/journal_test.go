@@ -3,10 +3,10 @@
 // entries are published to GPUQ_JOURNAL as the scheduler publishes them,
 // and then one entry is changed, deleted, reordered or inserted through the
 // stream's own API (publish a copy, delete the original by sequence). The
-// audit (ReadJournal then ledger.AuditJournal) must name the account, the
+// audit (Client.Journal then ledger.AuditJournal) must name the account, the
 // position and the command, and say what was done. A cut of the journal up
 // to a seal must still audit clean, and still catch tampering after it.
-package natsbus_test
+package client_test
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gpuq/gpuq/client"
 	"github.com/gpuq/gpuq/internal/natsbus"
 	"github.com/gpuq/gpuq/internal/natstest"
 	"github.com/gpuq/gpuq/ledger"
@@ -28,19 +29,21 @@ import (
 )
 
 type journalFixture struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	js    jetstream.JetStream
+	c     *client.Client // reads the journal, as gpuq audit does
 	n     subjects.Names
 	state *ledger.State
 	seq   uint64
+	async bool // publish without waiting for each ack (the benchmark's bulk load)
 }
 
 // newJournal folds three days of work for account vision (a job a few
 // hours, each reserved and settled) and publishes every journal entry.
 func newJournal(t *testing.T) *journalFixture {
 	t.Helper()
-	f := newJournalAt(t)
+	f := newJournalAt(t, 60*time.Second)
 	at := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	f.apply(ledger.Admin{Account: "vision", ID: "op-1", Op: ledger.OpCreate, Balance: 100000}, at)
 	for i := range 18 {
@@ -52,13 +55,18 @@ func newJournal(t *testing.T) *journalFixture {
 	return f
 }
 
-// newJournalAt starts a server with gpuq's streams and an empty ledger.
-func newJournalAt(t *testing.T) *journalFixture {
+// newJournalAt starts a server with gpuq's streams and an empty ledger;
+// the fixture's calls must end within timeout.
+func newJournalAt(t testing.TB, timeout time.Duration) *journalFixture {
 	t.Helper()
-	_, js := natstest.Start(t).JetStream(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	nc, js := natstest.Start(t).JetStream(t)
+	c, err := client.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
-	f := &journalFixture{t: t, ctx: ctx, js: js, n: subjects.Default, state: ledger.New()}
+	f := &journalFixture{t: t, ctx: ctx, js: js, c: c, n: subjects.Default, state: ledger.New()}
 	if err := natsbus.Setup(ctx, js, f.n, natsbus.SetupConfig{}); err != nil {
 		t.Fatal(err)
 	}
@@ -81,22 +89,26 @@ func (f *journalFixture) apply(c ledger.Command, at time.Time) {
 	}
 }
 
-func (f *journalFixture) publish(subject string, data []byte, id string) uint64 {
+func (f *journalFixture) publish(subject string, data []byte, id string) {
 	f.t.Helper()
 	m := nats.NewMsg(subject)
 	m.Data = data
 	m.Header.Set(subjects.MsgIDHeader, id)
-	ack, err := f.js.PublishMsg(f.ctx, m)
+	var err error
+	if f.async {
+		_, err = f.js.PublishMsgAsync(m)
+	} else {
+		_, err = f.js.PublishMsg(f.ctx, m)
+	}
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	return ack.Sequence
 }
 
 // stored returns the journal's messages: stream sequence and entry.
 func (f *journalFixture) stored() ([]uint64, []wire.Entry) {
 	f.t.Helper()
-	j, err := natsbus.ReadJournal(f.ctx, f.js, f.n)
+	j, err := f.c.Journal(f.ctx, time.Time{})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -142,7 +154,7 @@ func (f *journalFixture) remove(seq uint64) {
 // audit returns the differences the audit finds.
 func (f *journalFixture) audit() string {
 	f.t.Helper()
-	j, err := natsbus.ReadJournal(f.ctx, f.js, f.n)
+	j, err := f.c.Journal(f.ctx, time.Time{})
 	if err != nil {
 		f.t.Fatal(err)
 	}
