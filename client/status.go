@@ -127,7 +127,7 @@ type StreamStatus struct {
 	Consumers int    `json:"consumers"`
 	// Leader is the server that leads the stream in a cluster, and
 	// Current how many of its replicas (the leader included) are current;
-	// both empty on a single server.
+	// both empty on a server that is not in a cluster.
 	Leader  string `json:"leader,omitempty"`
 	Current int    `json:"current,omitempty"`
 	// Error says why the stream could not be read; the other fields are
@@ -301,7 +301,7 @@ func (c *Client) statusStreams(ctx context.Context, st *Status) *jetstream.Strea
 		}
 		v.Replicas, v.Consumers = info.Config.Replicas, info.State.Consumers
 		v.Messages, v.Bytes, v.FirstSeq, v.LastSeq = info.State.Msgs, info.State.Bytes, info.State.FirstSeq, info.State.LastSeq
-		if cl := info.Cluster; cl != nil && cl.Leader != "" {
+		if cl := info.Cluster; cl != nil && cl.Name != "" && cl.Leader != "" {
 			v.Leader, v.Current = cl.Leader, 1
 			for _, p := range cl.Replicas {
 				if p.Current {
