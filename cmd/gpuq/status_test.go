@@ -1,15 +1,14 @@
 package main
 
 // gpuq status and the daemons' logs, against a real gpuq dev (a child
-// process): the table and the JSON show the leader, a running job and its
-// claimed GPUs, and a checkpoint that moves as jobs run; dev with
+// process): the table and the JSON show the leader, a standby scheduler
+// (another child process), a running job and its claimed GPUs, and a
+// checkpoint that moves as jobs run; dev with
 // --log-format json prints only JSON log lines, and logs a rejected
 // submission and a lost host at info.
 
 import (
 	"encoding/json"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +55,25 @@ func TestStatusShowsTheInstallation(t *testing.T) {
 		t.Errorf("status of a fresh dev: %+v", before)
 	}
 
+	// A second scheduler stands by, and says so.
+	standby := d.daemon("gpuq scheduler --name sched-2 --log-level warn")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var sb struct {
+			Standbys struct {
+				Known bool `json:"known"`
+				List  []struct {
+					Name string `json:"name"`
+				} `json:"list"`
+			} `json:"standbys"`
+		}
+		d.json(&sb, "status")
+		if sb.Standbys.Known && len(sb.Standbys.List) == 1 && sb.Standbys.List[0].Name == "sched-2" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("standby sched-2 never listed: %+v\n%s", sb, standby.out.String())
+		}
+	}
 	d.ok("submit", "--id", "st-run", "--account", "demo", "--gpus", "2", "--cost", "10", "--", "sleep", "60")
 	waitState(t, d, "st-run", "running")
 	var during status
@@ -73,12 +91,15 @@ func TestStatusShowsTheInstallation(t *testing.T) {
 		t.Errorf("checkpoint did not move as st-run started: %+v, then %+v", before.Checkpoint, during.Checkpoint)
 	}
 	out := d.ok("status")
-	for _, want := range []string{"leader      dev, since ", "1 running", "GPUs 4: 2 free, 2 claimed", "GPUQ_CMD", "KV_gpuq_ledger", "sim-1", "lag "} {
+	for _, want := range []string{"leader      dev, since ", "standbys    sched-2 (", "1 running", "GPUs 4: 2 free, 2 claimed", "GPUQ_CMD", "KV_gpuq_ledger", "sim-1", "lag "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("gpuq status lacks %q:\n%s", want, out)
 		}
 	}
 	d.ok("cancel", "st-run")
+	if code := standby.term(t); code != 0 {
+		t.Errorf("standby exited %d on SIGTERM:\n%s", code, standby.out.String())
+	}
 }
 
 // logLine is one line of a JSON log.
@@ -141,33 +162,16 @@ func TestDevLogsJSON(t *testing.T) {
 	waitJSONLog(t, d, "INFO", logLine{"msg": "command rejected", "kind": "submit", "account": "demo", "job_id": "too-dear", "reason": "insufficient_credits"})
 
 	// A host that goes away: a second worker joins, then stops.
-	w := exec.Command(gpuqBin, "worker", "--nats", d.url, "--host", "sim-2", "--simulate", "dgxh100", "--gpus", "1",
-		"--state-dir", t.TempDir(), "--job-uids", "none", "--log-level", "warn")
-	var wout syncBuffer
-	w.Stdout, w.Stderr = &wout, &wout
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			_ = w.Process.Kill() // the test failed before it stopped the worker
-			_ = w.Wait()         // reaped; its exit is not the test's concern now
-		}
-	})
+	w := d.daemon("gpuq worker --host sim-2 --simulate dgxh100 --gpus 1 --job-uids none --log-level warn")
 	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(d.ok("hosts"), "sim-2"); {
 		if time.Now().After(deadline) {
-			t.Fatalf("worker sim-2 never showed in gpuq hosts:\n%s", wout.String())
+			t.Fatalf("worker sim-2 never showed in gpuq hosts:\n%s", w.out.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if err := w.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
+	if code := w.term(t); code != 0 {
+		t.Errorf("worker sim-2 exited %d on SIGTERM:\n%s", code, w.out.String())
 	}
-	if err := w.Wait(); err != nil {
-		t.Errorf("worker sim-2 on SIGINT: %v\n%s", err, wout.String())
-	}
-	stopped = true
 	waitJSONLog(t, d, "INFO", logLine{"msg": "host gone", "worker": "sim-2"})
 
 	// Nothing dev logged was other than JSON.
