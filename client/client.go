@@ -1,8 +1,9 @@
 // Package client is the Go API a pipeline uses to talk to gpuq: submit a job
 // and learn whether it was accepted, cancel it, watch a job's events until
 // it ends, and read what gpuq knows: jobs (with filters and paging, archived
-// ones too), accounts, hosts, a job's output, usage, and an audit of the
-// ledger against its journal. The gpuq command is a thin layer over it.
+// ones too), accounts, hosts, a job's output, usage, an audit of the
+// ledger against its journal, and the installation's status at a glance
+// ([Client.Status]). The gpuq command is a thin layer over it.
 //
 // Reads come in two consistencies. [Client.Job], [Client.Account],
 // [Client.Jobs] and [Client.Accounts] read each ledger key's current value:
