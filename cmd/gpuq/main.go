@@ -163,7 +163,9 @@ $NATS_NKEY), --inbox-prefix (or $NATS_INBOX_PREFIX; deploy/ gives each user
 its own), --tls-ca, --tls-cert and --tls-key. --output table|json and --timeout (how long to wait for the
 scheduler's answer) are for the commands that ask gpuq something: the daemons
 (dev, scheduler, worker) print no table or JSON, and of them only dev uses
---timeout. Run gpuq <command> --help for its flags and examples.
+--timeout; they log to stderr at --log-level (default info) in --log-format
+text or json. gpuq status shows the installation at a glance. Run
+gpuq <command> --help for its flags and examples.
 
 Exit codes: 0 ok; 1 failure; 2 usage; 3 a job waited on with --wait ended
 failed or cancelled; 4 the scheduler rejected the command; 5 audit found a
