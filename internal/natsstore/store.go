@@ -654,8 +654,10 @@ func mapConflict(err error) error {
 // contender that finds the key holding something no scheduler wrote (a value
 // that is not a lease, or a lease revision that stays current past the TTL
 // it names, so written without one) reports it and removes it, conditioned
-// on its revision, instead of waiting on it forever. A Lease is used by one goroutine at a
-// time.
+// on its revision, instead of waiting on it forever. The value names the
+// holder and since when it holds the lease; a contender that finds another
+// holder announces itself a standby (see [StandbyValue]). A Lease is used
+// by one goroutine at a time.
 type Lease struct {
 	js     jetstream.JetStream
 	kv     jetstream.KeyValue
