@@ -2,8 +2,9 @@
 // and learn whether it was accepted, cancel it, watch a job's events until
 // it ends, and read what gpuq knows: jobs (with filters and paging, archived
 // ones too), accounts, hosts, a job's output, usage, the journal of every
-// balance movement, and an audit of the ledger against that journal. The
-// gpuq command is a thin layer over it.
+// balance movement, an audit of the ledger against that journal, and the
+// installation's status at a glance ([Client.Status]). The gpuq command is a
+// thin layer over it.
 //
 // Reads come in two consistencies. [Client.Job], [Client.Account],
 // [Client.Jobs] and [Client.Accounts] read each ledger key's current value:

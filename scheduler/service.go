@@ -554,6 +554,7 @@ func (t *term) fold(e Entry) error {
 			Message: fmt.Sprintf("%s refused and not applied: %s", cmd.Kind(), why)}
 	}
 	res := t.state.Apply(cmd, e.Seq, e.Time)
+	t.logRejections(cmd, e.Seq, res)
 	t.core.Observe(t.state, cmd, res)
 	for _, eff := range res.Effects {
 		if a, ok := eff.(ledger.ArchivedJob); ok {

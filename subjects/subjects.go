@@ -13,6 +13,8 @@
 package subjects
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -75,7 +77,22 @@ const (
 	CheckpointKey = "sched.checkpoint"
 	LeaderKey     = "sched.leader"
 	PricingKey    = "sched.pricing" // the price table of metered jobs
+	// StandbyKeys are the keys standby schedulers announce themselves
+	// under, each with a TTL: sched.standby.<name> (see [StandbyKey]).
+	StandbyKeys = "sched.standby.>"
 )
+
+// StandbyKey is the ledger key a standby scheduler named name announces
+// itself under: sched.standby.<name>, or, for a name that is not a token (a
+// host name with dots), sched.standby.x<the first 16 bytes of its SHA-256
+// in hex>. The value names the scheduler in full.
+func StandbyKey(name string) string {
+	if CheckToken("scheduler name", name) == nil {
+		return "sched.standby." + name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return "sched.standby.x" + hex.EncodeToString(sum[:16])
+}
 
 // ErrBadToken reports a token that is not a valid account, host or job name.
 var ErrBadToken = errors.New("subjects: bad token")

@@ -124,7 +124,7 @@ func TestDeployRolesRunCommands(t *testing.T) {
 		t.Errorf("vision's gpuq job: %s", out)
 	}
 	// The admin runs every command that reads.
-	for _, args := range [][]string{{"jobs"}, {"job", "cli-1"}, {"why", "cli-1"}, {"hosts"}, {"logs", "cli-1"}, {"audit"}, {"prices", "show"}, {"usage", "--by", "job"}} {
+	for _, args := range [][]string{{"jobs"}, {"job", "cli-1"}, {"why", "cli-1"}, {"hosts"}, {"logs", "cli-1"}, {"audit"}, {"prices", "show"}, {"usage", "--by", "job"}, {"status"}} {
 		out := ok("admin", append(args, "--output", "json")...)
 		if !json.Valid([]byte(strings.TrimSpace(out))) {
 			t.Errorf("gpuq %s as admin printed %q", args[0], out)
@@ -139,7 +139,21 @@ func TestDeployRolesRunCommands(t *testing.T) {
 	if out := ok("admin", "audit", "--full"); !strings.Contains(out, "audit ok") || !strings.Contains(out, "in full:") {
 		t.Errorf("admin's gpuq audit --full: %s", out)
 	}
+	// gpuq status as the admin reads every part: the lease, every
+	// stream's and bucket's info, the hosts and the whole ledger.
+	var st struct {
+		Leader   *struct{ Name string } `json:"leader"`
+		Streams  []struct{ Name, Error string }
+		Problems []string `json:"problems"`
+	}
+	if err := json.Unmarshal([]byte(ok("admin", "status", "--output", "json")), &st); err != nil || st.Leader == nil || st.Leader.Name != "s" ||
+		len(st.Streams) != 8 || len(st.Problems) != 0 {
+		t.Errorf("admin's gpuq status: %+v, %v", st, err)
+	}
 	// A submitter's account-wide reads are refused, not wrong.
+	if out, code := gpuq("vision", "status", "--timeout", "2s"); code == exitOK {
+		t.Errorf("vision ran gpuq status: %s", out)
+	}
 	if out, code := gpuq("vision", "audit", "--timeout", "2s"); code == exitOK {
 		t.Errorf("vision ran gpuq audit: %s", out)
 	}

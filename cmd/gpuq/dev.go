@@ -75,7 +75,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&o.gpus, "gpus", 8, "number of simulated GPUs")
 	fs.StringVar(&o.simulate, "model", "dgxh200", "simulated GPU model: dgxh100 or dgxh200")
 	fs.StringVar(&o.host, "host", "sim-1", "the simulated worker's host name")
-	level := fs.String("log-level", "warn", "log level of the embedded parts: debug, info, warn or error")
+	level := fs.String("log-level", "info", "log level of the embedded parts: debug, info (host loss, leader changes, rejected commands), warn or error")
 	retention := fs.Duration("job-retention", scheduler.DefaultJobRetention, "how long a finished job stays in the ledger before it moves to history")
 	if err := e.parseNoArgs(c, fs, args); err != nil {
 		return err
@@ -83,7 +83,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	if *retention <= 0 {
 		return usagef("--job-retention must be positive, not %v", *retention)
 	}
-	log, err := newLogger(*level)
+	log, err := e.logger(*level)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"sort"
@@ -73,7 +74,13 @@ type env struct {
 	output         string // "table" or "json"
 	// csv lets a command take --output csv as well (gpuq usage).
 	csv bool
+	// logFormat is a daemon's --log-format: "text" or "json".
+	logFormat string
 }
+
+// daemons are the commands that run until stopped and log as they go:
+// they take --log-format (and each its own --log-level).
+var daemons = map[string]bool{"dev": true, "scheduler": true, "worker": true}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -156,7 +163,9 @@ $NATS_NKEY), --inbox-prefix (or $NATS_INBOX_PREFIX; deploy/ gives each user
 its own), --tls-ca, --tls-cert and --tls-key. --output table|json and --timeout (how long to wait for the
 scheduler's answer) are for the commands that ask gpuq something: the daemons
 (dev, scheduler, worker) print no table or JSON, and of them only dev uses
---timeout. Run gpuq <command> --help for its flags and examples.
+--timeout; they log to stderr at --log-level (default info) in --log-format
+text or json. gpuq status shows the installation at a glance. Run
+gpuq <command> --help for its flags and examples.
 
 Exit codes: 0 ok; 1 failure; 2 usage; 3 a job waited on with --wait ended
 failed or cancelled; 4 the scheduler rejected the command; 5 audit found a
@@ -183,8 +192,28 @@ func (e *env) flags(c *command) *flag.FlagSet {
 	fs.SetOutput(io.Discard)
 	e.conn.register(fs)
 	fs.StringVar(&e.output, "output", "table", "output format: table or json")
+	if daemons[c.name] {
+		fs.StringVar(&e.logFormat, "log-format", "text", "log format: text (key=value lines) or json (one JSON object a line)")
+	}
 	fs.Usage = func() {}
 	return fs
+}
+
+// logger returns a daemon's logger on stderr at level (its --log-level),
+// in its --log-format.
+func (e *env) logger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	switch e.logFormat {
+	case "", "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, usagef("--log-format %q: want text or json", e.logFormat)
 }
 
 // parse parses args, flags and positional arguments in any order, and

@@ -47,14 +47,6 @@ func init() {
 	})
 }
 
-func newLogger(level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, usagef("--log-level %q: want debug, info, warn or error", level)
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
-}
-
 type schedulerOpts struct {
 	name     string
 	replicas int
@@ -158,7 +150,7 @@ func runSchedulerCmd(ctx context.Context, e *env, args []string) error {
 	if hostErr != nil && !flagSet(fs, "name") {
 		return usagef("the host name is unknown (%v): give the scheduler one with --name", hostErr)
 	}
-	log, err := newLogger(*level)
+	log, err := e.logger(*level)
 	if err != nil {
 		return err
 	}
@@ -274,7 +266,7 @@ func runWorkerCmd(ctx context.Context, e *env, args []string) error {
 		return usagef("--job-uids: %v", err)
 	}
 	o.jobUIDs = jobUIDs
-	log, err := newLogger(*level)
+	log, err := e.logger(*level)
 	if err != nil {
 		return err
 	}

@@ -654,8 +654,10 @@ func mapConflict(err error) error {
 // contender that finds the key holding something no scheduler wrote (a value
 // that is not a lease, or a lease revision that stays current past the TTL
 // it names, so written without one) reports it and removes it, conditioned
-// on its revision, instead of waiting on it forever. A Lease is used by one goroutine at a
-// time.
+// on its revision, instead of waiting on it forever. The value names the
+// holder and since when it holds the lease; a contender that finds another
+// holder announces itself a standby (see [StandbyValue]). A Lease is used
+// by one goroutine at a time.
 type Lease struct {
 	js     jetstream.JetStream
 	kv     jetstream.KeyValue
@@ -668,6 +670,12 @@ type Lease struct {
 	// checkedAt when it last read the key to check it.
 	seenRev           uint64
 	seenAt, checkedAt time.Time
+	// since is when this holder took the lease it holds, kept in the
+	// value of every renewal so readers (gpuq status) can say how long it
+	// has led.
+	since time.Time
+	// announcedAt is when this contender last announced itself a standby.
+	announcedAt time.Time
 	// Logger receives the lease's reports of values it had to remove.
 	// Defaults to discarding them.
 	Logger *slog.Logger
@@ -680,6 +688,8 @@ type leaseValue struct {
 	// TTL is the holder's lease TTL: a revision of the key that stays
 	// current for longer was written without it and would never expire.
 	TTL string `json:"ttl,omitempty"`
+	// Since is when the holder took the lease; At moves with each renewal.
+	Since time.Time `json:"since,omitzero"`
 }
 
 // leaseTTLMargin is how much longer than its TTL a revision of the lease key
@@ -700,7 +710,7 @@ func NewLease(js jetstream.JetStream, kv jetstream.KeyValue, holder string, ttl 
 func (l *Lease) TTL() time.Duration { return l.ttl }
 
 func (l *Lease) value() []byte {
-	data, _ := json.Marshal(leaseValue{V: 1, Holder: l.holder, At: time.Now().UTC(), TTL: l.ttl.String()}) // cannot fail: plain fields
+	data, _ := json.Marshal(leaseValue{V: 1, Holder: l.holder, At: time.Now().UTC(), TTL: l.ttl.String(), Since: l.since}) // cannot fail: plain fields
 	return data
 }
 
@@ -783,6 +793,7 @@ func (l *Lease) TryAcquire(ctx context.Context) (bool, error) {
 	// far off.
 	ctx, cancel := context.WithTimeout(ctx, min(l.ttl, tryTimeoutMax))
 	defer cancel()
+	l.since = time.Now().UTC().Truncate(time.Millisecond)
 	rev, err := l.kv.Create(ctx, subjects.LeaderKey, l.value(), jetstream.KeyTTL(l.ttl))
 	switch {
 	case err == nil:
@@ -794,6 +805,7 @@ func (l *Lease) TryAcquire(ctx context.Context) (bool, error) {
 		if err := l.repair(ctx); err != nil {
 			return false, permanent(err)
 		}
+		l.announce(ctx)
 		return false, nil
 	}
 	return false, fmt.Errorf("create %s: %w", subjects.LeaderKey, permanent(err))
@@ -828,6 +840,41 @@ func (l *Lease) Acquire(ctx context.Context) error {
 			return ctx.Err()
 		case <-time.After(wait):
 		}
+	}
+}
+
+// StandbyValue is the value of a standby's announcement, key
+// subjects.StandbyKey(Name) of the ledger bucket: written by a contender
+// that finds another holder, at most once per lease TTL, with a TTL of
+// StandbyTTLFactor lease TTLs, so a standby that stops waiting drops out
+// of the bucket by itself. A leader writes none (its own, from before it
+// led, lapses).
+type StandbyValue struct {
+	V    int       `json:"v"`
+	Name string    `json:"name"`
+	At   time.Time `json:"at"`
+	TTL  string    `json:"ttl"` // the announcement's own TTL
+}
+
+// StandbyTTLFactor is how many lease TTLs a standby's announcement lives:
+// it is renewed every lease TTL, so a missed renewal or two does not drop
+// it.
+const StandbyTTLFactor = 3
+
+// announce writes this contender's standby announcement, unless it did
+// within the last lease TTL. It is best effort: a standby that cannot
+// announce itself still stands by, so a failure is only logged, at debug.
+func (l *Lease) announce(ctx context.Context) {
+	now := time.Now()
+	if now.Sub(l.announcedAt) < l.ttl {
+		return
+	}
+	l.announcedAt = now
+	ttl := StandbyTTLFactor * l.ttl
+	m := nats.NewMsg(subjects.KVSubject(l.kv.Bucket(), subjects.StandbyKey(l.holder)))
+	m.Data, _ = json.Marshal(StandbyValue{V: 1, Name: l.holder, At: now.UTC(), TTL: ttl.String()}) // cannot fail: plain fields
+	if _, err := l.js.PublishMsg(ctx, m, jetstream.WithMsgTTL(ttl)); err != nil && l.Logger != nil {
+		l.Logger.DebugContext(ctx, "cannot announce this scheduler a standby", slog.Any("err", err))
 	}
 }
 
