@@ -3,8 +3,8 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/gpuq/gpuq/ledger"
@@ -121,7 +121,8 @@ func (p Progress) Lag() uint64 {
 // Stats is the leader's view of its queue and hosts.
 type Stats struct {
 	// Jobs counts the jobs in each state that is not final, by account,
-	// sorted by account then state.
+	// sorted by account then state. Every such state of an account that
+	// has had a job in one this term is listed, with 0 where none is.
 	Jobs []JobCount
 	// Hosts are the live hosts' latest heartbeats, sorted by name. Each
 	// is a copy the receiver may keep.
@@ -135,8 +136,7 @@ type JobCount struct {
 	N       int
 }
 
-// StatsInterval is how often at most a leader computes [Stats]: counting
-// walks every job of the ledger.
+// StatsInterval is how often at most a leader reports [Stats].
 const StatsInterval = time.Second
 
 // termMetrics is what a term remembers for its metrics.
@@ -144,6 +144,20 @@ type termMetrics struct {
 	stored    uint64    // the last sequence the log said it had stored
 	statsAt   time.Time // when Stats were last computed
 	statsSent bool
+	// queue counts the jobs in each state that is not final, by account,
+	// kept up to date by each fold from the job keys it changed (a walk
+	// of every job, finished ones included, would stall the fold once per
+	// StatsInterval); nil until the term first counts them all.
+	queue map[string]*[len(queueStates)]int
+	// queued is where each job in a state that is not final was counted.
+	queued map[string]queuedJob
+}
+
+// queuedJob is where a job was counted: its account and its state's index
+// in queueStates.
+type queuedJob struct {
+	account string
+	state   int
 }
 
 // standing reports st, if metrics are on.
@@ -162,6 +176,15 @@ func (t *term) observe(e Entry, cmd ledger.Command, res ledger.Result, began tim
 		return
 	}
 	m.Folded(cmd.Kind(), foldOutcome(res), time.Since(began))
+	if t.m.queue == nil {
+		t.m.countQueue(t.state) // the state already reflects this command
+	} else {
+		for _, k := range res.Changed {
+			if k.Kind == ledger.KeyJob {
+				t.m.requeue(k.ID, t.state.Jobs[k.ID])
+			}
+		}
+	}
 	for _, eff := range res.Effects {
 		switch ef := eff.(type) {
 		case ledger.Entry:
@@ -237,7 +260,10 @@ func (t *term) publish(now time.Time) {
 		return
 	}
 	t.m.statsAt, t.m.statsSent = now, true
-	m.Stats(Stats{Jobs: countJobs(t.state), Hosts: cloneHosts(t.core.Hosts())})
+	if t.m.queue == nil {
+		t.m.countQueue(t.state)
+	}
+	m.Stats(Stats{Jobs: t.m.jobCounts(), Hosts: cloneHosts(t.core.Hosts())})
 }
 
 // foldOutcome classifies what a fold did from the events it emitted: a
@@ -278,30 +304,57 @@ func foldOutcome(res ledger.Result) FoldOutcome {
 	return FoldApplied
 }
 
-// countJobs counts the jobs of s in each state that is not final, by
-// account, sorted by account then state.
-func countJobs(s *ledger.State) []JobCount {
-	type key struct {
-		account string
-		state   ledger.JobState
+// queueStates are the states countJobs counts, in the order it lists them.
+var queueStates = [...]ledger.JobState{ledger.StateDispatched, ledger.StateHeld, ledger.StatePending, ledger.StateRunning}
+
+// countQueue counts every job of s in a state that is not final, afresh.
+func (m *termMetrics) countQueue(s *ledger.State) {
+	m.queue, m.queued = map[string]*[len(queueStates)]int{}, map[string]queuedJob{}
+	for id, j := range s.Jobs {
+		m.requeue(id, j)
 	}
-	n := map[key]int{}
-	for _, j := range s.Jobs {
-		if !j.State.Terminal() {
-			n[key{j.Account, j.State}]++
+}
+
+// requeue moves job id's count to where j (nil when archived) is now.
+func (m *termMetrics) requeue(id string, j *ledger.Job) {
+	if old, ok := m.queued[id]; ok {
+		m.queue[old.account][old.state]--
+		delete(m.queued, id)
+	}
+	if j == nil {
+		return
+	}
+	i := slices.Index(queueStates[:], j.State)
+	if i < 0 {
+		return
+	}
+	n := m.queue[j.Account]
+	if n == nil {
+		n = new([len(queueStates)]int)
+		m.queue[j.Account] = n
+	}
+	n[i]++
+	m.queued[id] = queuedJob{account: j.Account, state: i}
+}
+
+// jobCounts lists the counts, sorted by account then state.
+func (m *termMetrics) jobCounts() []JobCount {
+	out := make([]JobCount, 0, len(m.queue)*len(queueStates))
+	for _, a := range slices.Sorted(maps.Keys(m.queue)) {
+		for i, n := range m.queue[a] {
+			out = append(out, JobCount{Account: a, State: queueStates[i], N: n})
 		}
 	}
-	out := make([]JobCount, 0, len(n))
-	for k, c := range n {
-		out = append(out, JobCount{Account: k.account, State: k.state, N: c})
-	}
-	slices.SortFunc(out, func(a, b JobCount) int {
-		if c := strings.Compare(a.Account, b.Account); c != 0 {
-			return c
-		}
-		return strings.Compare(string(a.State), string(b.State))
-	})
 	return out
+}
+
+// countJobs counts the jobs of s in each state that is not final, by
+// account, as [termMetrics] keeps them: the reference its tests compare the
+// kept counts with.
+func countJobs(s *ledger.State) []JobCount {
+	var m termMetrics
+	m.countQueue(s)
+	return m.jobCounts()
 }
 
 // cloneHosts copies hs deeply enough that the receiver may keep it.
