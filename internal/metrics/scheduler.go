@@ -199,6 +199,8 @@ func (s *Scheduler) Ready() (string, error) {
 		return "", errors.New("the leader lease cannot be reached")
 	case s.standing == scheduler.StandingContending:
 		return "", errors.New("contending for the leader lease")
+	case !s.progress.Caught && s.progress.Lag() == 0:
+		return "", errors.New("leading, not caught up with the command log yet")
 	case !s.progress.Caught:
 		return "", fmt.Errorf("leading, catching up: %d entries behind the command log", s.progress.Lag())
 	}
