@@ -4,7 +4,8 @@
 // leader-only gauges; when the leader stops, it takes over, counts a term
 // and reports leading. A worker is not ready before its first heartbeat, is
 // ready once one is stored, and is not ready again while the server is away
-// and its heartbeats fail.
+// and its heartbeats fail. A report the server cannot store yet is retried,
+// and each retry counted.
 package metrics_test
 
 import (
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpuq/gpuq/internal/metrics"
+	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/internal/natsbus"
 	"github.com/gpuq/gpuq/internal/natsstore"
 	"github.com/gpuq/gpuq/internal/natstest"
@@ -136,6 +138,22 @@ func TestStandbySchedulerIsReadyAndTakesOver(t *testing.T) {
 	}
 }
 
+// retries returns the gathered value of gpuq_worker_report_retries_total.
+func retries(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "gpuq_worker_report_retries_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatal("no gpuq_worker_report_retries_total")
+	return 0
+}
+
 // terms returns the gathered value of gpuq_scheduler_terms_total as a
 // collector for ToFloat64.
 func terms(t *testing.T, reg *prometheus.Registry) prometheus.Collector {
@@ -214,4 +232,51 @@ func TestWorkerNotReadyWithoutHeartbeat(t *testing.T) {
 	}
 	srv.Restart(t)
 	eventually(t, "ready with the server back", m.Ready, func(_ string, err error) bool { return err == nil })
+}
+
+// TestReportRetriesAreCounted: a report published before the command stream
+// exists fails (no stream answers) and is retried until a scheduler's setup
+// creates it; each retry is counted.
+func TestReportRetriesAreCounted(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	_, js := srv.JetStream(t)
+	n := subjects.Default
+	ctx := t.Context()
+	bus, err := natsbus.NewWorkerBus(js, n, "m1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m, err := metrics.NewWorker(reg, metrics.WorkerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bus.ReportRetried = m.ReportRetried
+	reported := make(chan error, 1)
+	go func() {
+		reported <- bus.Report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: "m1", Job: "j1", Attempt: 1, Reason: "test"})
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for retries(t, reg) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("fewer than 2 retries counted in 30s of a report to a stream that does not exist")
+		}
+		select {
+		case err := <-reported:
+			t.Fatalf("the report returned %v before its stream existed", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := natsbus.Setup(ctx, js, n, natsbus.SetupConfig{Replicas: 1}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-reported:
+		if err != nil {
+			t.Fatalf("report once the stream exists: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the report was not stored within 30s of its stream's creation")
+	}
 }
