@@ -20,11 +20,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpuq/gpuq/internal/metrics"
-	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/internal/natsbus"
 	"github.com/gpuq/gpuq/internal/natsstore"
 	"github.com/gpuq/gpuq/internal/natstest"
 	"github.com/gpuq/gpuq/internal/nvmlgpu"
+	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/scheduler"
 	"github.com/gpuq/gpuq/subjects"
 	"github.com/gpuq/gpuq/worker"
