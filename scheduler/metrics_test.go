@@ -9,6 +9,7 @@ package scheduler_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -29,6 +30,8 @@ type recorder struct {
 	credits   map[scheduler.CreditMove]ledger.Credits
 	decided   map[string]int
 	flushes   int
+	failed    int // flushes that failed
+	conflicts int
 	progress  scheduler.Progress
 	stats     []scheduler.Stats
 }
@@ -55,11 +58,18 @@ func (r *recorder) Credits(_ string, m scheduler.CreditMove, amount ledger.Credi
 
 func (r *recorder) JobStarted(string, time.Duration)                {}
 func (r *recorder) JobEnded(string, ledger.JobState, time.Duration) {}
-func (r *recorder) Conflict()                                       {}
-func (r *recorder) Flushed(time.Duration, int, int, error)          { r.mu.Lock(); r.flushes++; r.mu.Unlock() }
-func (r *recorder) Progress(p scheduler.Progress)                   { r.mu.Lock(); r.progress = p; r.mu.Unlock() }
-func (r *recorder) Stats(s scheduler.Stats)                         { r.mu.Lock(); r.stats = append(r.stats, s); r.mu.Unlock() }
-func (r *recorder) Decided(kind string, n int)                      { r.mu.Lock(); r.decided[kind] += n; r.mu.Unlock() }
+func (r *recorder) Conflict()                                       { r.mu.Lock(); r.conflicts++; r.mu.Unlock() }
+func (r *recorder) Flushed(_ time.Duration, _, _ int, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.flushes++
+	if err != nil {
+		r.failed++
+	}
+}
+func (r *recorder) Progress(p scheduler.Progress) { r.mu.Lock(); r.progress = p; r.mu.Unlock() }
+func (r *recorder) Stats(s scheduler.Stats)       { r.mu.Lock(); r.stats = append(r.stats, s); r.mu.Unlock() }
+func (r *recorder) Decided(kind string, n int)    { r.mu.Lock(); r.decided[kind] += n; r.mu.Unlock() }
 func (r *recorder) snapshot() (fold []string, p scheduler.Progress) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -169,4 +179,72 @@ func TestProgressLag(t *testing.T) {
 			t.Errorf("%+v.Lag() = %d, want %d", tc.p, got, tc.want)
 		}
 	}
+}
+
+// conflictStore fails its first write with a revision conflict, as a store
+// does once another scheduler has written.
+type conflictStore struct {
+	fakeStore
+	mu     sync.Mutex
+	writes int
+}
+
+func (s *conflictStore) Write(context.Context, []scheduler.Record) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.writes++
+	if s.writes == 1 {
+		return fmt.Errorf("write account.vision: %w: revision 7 is not 6", scheduler.ErrConflict)
+	}
+	return nil
+}
+
+// TestServiceCountsConflicts: a flush whose write is fenced is reported as a
+// failed flush and a conflict; the term ends, and the next one leads again.
+func TestServiceCountsConflicts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		entries := []scheduler.Entry{entry(t, 1, 0, ledger.Admin{Account: "vision", ID: "op-1", Op: ledger.OpCreate, Balance: 100})}
+		log := &fakeLog{entries: func(_ int, after uint64) []scheduler.Entry {
+			if after >= 1 {
+				return nil
+			}
+			return entries
+		}}
+		rec := &recorder{credits: map[scheduler.CreditMove]ledger.Credits{}, decided: map[string]int{}}
+		svc, err := scheduler.New(scheduler.Config{Store: &conflictStore{}, Lease: &fakeLease{}, Log: log, Publisher: &fakePublisher{},
+			Hosts: fakeHosts{}, Metrics: rec, StepDownWait: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- svc.Run(ctx) }()
+		for range 600 {
+			time.Sleep(100 * time.Millisecond)
+			rec.mu.Lock()
+			ok := rec.conflicts > 0 && rec.flushes > rec.failed
+			rec.mu.Unlock()
+			if ok {
+				break
+			}
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if rec.conflicts != 1 || rec.failed != 1 {
+			t.Errorf("conflicts %d, failed flushes %d; want 1 and 1 (the fenced write)", rec.conflicts, rec.failed)
+		}
+		leads := 0
+		for _, s := range rec.standings {
+			if s == scheduler.StandingLeading {
+				leads++
+			}
+		}
+		if leads != 2 {
+			t.Errorf("standings %v: want two terms, the fenced one and the next", rec.standings)
+		}
+	})
 }
