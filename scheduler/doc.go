@@ -14,6 +14,9 @@
 // publishes the core's decisions. Its seams ([Store], [Lease], [Log],
 // [Publisher], [HostWatcher]) are implemented over JetStream by
 // internal/natsstore and internal/natsbus; this package imports no NATS.
+// What it measures goes to [Metrics], from the service's own goroutine
+// (internal/metrics exports it to Prometheus); this package imports no
+// metrics library either.
 //
 // # Placement
 //

@@ -61,6 +61,9 @@ type Config struct {
 	// server accepts when its max_payload is below the default. Defaults to
 	// wire.MaxMessageBytes less 4 KiB for the subject and headers.
 	MaxMessageBytes int
+	// Metrics receives what the service measures (see [Metrics]).
+	// Defaults to nil: nothing is measured.
+	Metrics Metrics
 	// Hooks are for tests.
 	Hooks Hooks
 }
@@ -309,6 +312,7 @@ func (s *Service) contend(ctx context.Context) error {
 			if held {
 				return nil
 			}
+			s.standing(StandingStandby)
 			if !standing {
 				s.log.InfoContext(ctx, "another scheduler leads; standing by")
 				standing = true
@@ -318,6 +322,7 @@ func (s *Service) contend(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return ctx.Err()
 		default:
+			s.standing(StandingUnreachable)
 			if !unreachable {
 				s.log.WarnContext(ctx, "cannot reach the lease; retrying", slog.Any("err", err))
 				unreachable = true
@@ -362,6 +367,7 @@ type term struct {
 	// archived are the jobs archived since the last flush, by id: their
 	// keys are deleted, each marked with the record it held.
 	archived map[string]archivedJob
+	m        termMetrics
 }
 
 // archivedJob is a job the fold archived: the command's sequence and the
@@ -418,6 +424,8 @@ const followStallTimeout = 15 * time.Second
 // is fenced, or the log or a store fails.
 func (s *Service) lead(ctx context.Context, st *runState) error {
 	began := s.cfg.NowFunc()
+	s.standing(StandingLeading)
+	defer s.standing(StandingContending)
 	s.log.Log(ctx, st.level(slog.LevelDebug), "lease acquired; loading the ledger")
 	view, err := s.cfg.Store.Load(ctx)
 	r, repairs := s.cfg.Store.(Repairer)
@@ -516,7 +524,7 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 			lastRenew = now
 		}
 		if t.applied >= t.ahead && (len(t.changed) > 0 || len(t.msgs) > 0) {
-			if err := t.flush(ctx); err != nil {
+			if err := t.measuredFlush(ctx); err != nil {
 				return err
 			}
 		}
@@ -527,6 +535,7 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 			t.trim(ctx, now)
 			nextTrim = now.Add(time.Minute)
 		}
+		t.publish(now)
 	}
 }
 
@@ -553,9 +562,11 @@ func (t *term) fold(e Entry) error {
 		cmd = ledger.Invalid{Account: acct, Job: job, Reason: ledger.ReasonTooLarge,
 			Message: fmt.Sprintf("%s refused and not applied: %s", cmd.Kind(), why)}
 	}
+	began := time.Now()
 	res := t.state.Apply(cmd, e.Seq, e.Time)
 	t.logRejections(cmd, e.Seq, res)
 	t.core.Observe(t.state, cmd, res)
+	t.observe(e, cmd, res, began)
 	for _, eff := range res.Effects {
 		if a, ok := eff.(ledger.ArchivedJob); ok {
 			if t.archived == nil {
@@ -758,6 +769,7 @@ func (t *term) decide(ctx context.Context, now time.Time) {
 		return
 	}
 	t.publishing.ok(t.s.log, "publishing decisions again")
+	t.decided(sent)
 	// Only decisions stored anew come back through the follower: ones the
 	// log already had (decided again by this term inside the duplicate
 	// window) bring nothing to wait for.

@@ -85,5 +85,6 @@
 //
 // The GPU library is behind [GPU]; internal/nvmlgpu implements it over
 // go-nvml on a real driver or on go-nvml's mock servers (--simulate), and
-// NATS is behind [Bus], implemented by internal/natsbus.
+// NATS is behind [Bus], implemented by internal/natsbus. What the worker
+// measures goes to [Metrics], which internal/metrics exports to Prometheus.
 package worker

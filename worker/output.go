@@ -81,9 +81,11 @@ func (o *output) sendLocked(c wire.LogChunk) {
 	if err := o.w.cfg.Bus.Log(ctx, c); err != nil {
 		o.w.log.Debug("job output dropped", slog.String("job_id", c.Job), slog.Int("attempt", c.Attempt), slog.Int("bytes", len(c.Data)), slog.Any("err", err))
 		o.w.output.fail(err)
+		o.w.metrics().OutputDropped(DropUnstored, len(c.Data))
 		return
 	}
 	o.w.output.ok()
+	o.w.metrics().OutputSent(len(c.Data))
 }
 
 // note adds a line of gpuq's own to the attempt's stderr.
@@ -118,6 +120,7 @@ func (w *outputWriter) Write(p []byte) (int, error) {
 	if room := o.w.cfg.MaxLogBytes - o.total; room < len(keep) {
 		keep = keep[:max(room, 0)]
 		o.trunc = true
+		o.w.metrics().OutputDropped(DropTruncated, len(p)-len(keep))
 	}
 	o.total += len(keep)
 	w.buf = append(w.buf, keep...)

@@ -130,6 +130,9 @@ type Config struct {
 	// Default to 64 KiB and 200ms.
 	LogChunkBytes int
 	LogFlush      time.Duration
+	// Metrics receives what the worker measures (see [Metrics]). Defaults
+	// to nil: nothing is measured.
+	Metrics Metrics
 }
 
 func (c *Config) validate() error {
@@ -287,6 +290,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker %s: read the GPUs: %w", w.cfg.Host, err)
 	}
+	w.metrics().Opened(w.cfg.GPU.Simulated(), len(devs))
 	if err := w.jobs.register(w.cfg.Host); err != nil {
 		return err
 	}
@@ -564,6 +568,7 @@ func (w *Worker) dispatch(run, ctx context.Context, o ledger.DispatchOrder) bool
 		return false
 	}
 	log.Info("starting", slog.Any("gpu_uuid", devs))
+	w.metrics().AttemptStarted()
 	w.wg.Add(1)
 	go w.run(ctx, r)
 	return true
@@ -674,6 +679,7 @@ func (w *Worker) run(ctx context.Context, r *attempt) {
 	}
 	w.claims.Release(a)
 	out.close(o)
+	w.metrics().AttemptEnded(attemptEnd(o, proc != nil), o.Runtime)
 	rep := ledger.Report{Type: ledger.ReportDone, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, ExitCode: o.ExitCode, Runtime: o.Runtime}
 	if o.Infra {
 		rep.Infra = truncate(o.Stopped)
@@ -744,8 +750,10 @@ func (w *Worker) beat(ctx context.Context) {
 	switch err := w.cfg.Bus.Beat(bctx, h, w.cfg.HeartbeatTTL); {
 	case err == nil:
 		w.heartbeats.ok()
+		w.metrics().Beat(h, nil)
 	case ctx.Err() == nil:
 		w.heartbeats.fail(err)
+		w.metrics().Beat(h, err)
 	}
 }
 

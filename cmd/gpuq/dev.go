@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/gpuq/gpuq/client"
+	"github.com/gpuq/gpuq/internal/metrics"
 	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/scheduler"
 	"github.com/gpuq/gpuq/worker"
@@ -29,7 +30,7 @@ func init() {
 	register(&command{
 		name:    "dev",
 		summary: "run everything on this machine: embedded NATS, a scheduler and a worker on simulated GPUs",
-		usage:   "dev [--listen HOST:PORT] [--data DIR] [--gpus N] [--model dgxh100|dgxh200]",
+		usage:   "dev [--listen HOST:PORT] [--data DIR] [--gpus N] [--model dgxh100|dgxh200] [--metrics-listen HOST:PORT]",
 		example: `  go run ./cmd/gpuq dev                      # NATS on 127.0.0.1:4222, data in ~/.gpuq/dev
   gpuq dev --listen 127.0.0.1:4333 --data /tmp/gpuq --gpus 4 --model dgxh100
   # Ctrl-C stops it and keeps the data; run it again to go on where it stopped`,
@@ -77,6 +78,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&o.host, "host", "sim-1", "the simulated worker's host name")
 	level := fs.String("log-level", "info", "log level of the embedded parts: debug, info (host loss, leader changes, rejected commands), warn or error")
 	retention := fs.Duration("job-retention", scheduler.DefaultJobRetention, "how long a finished job stays in the ledger before it moves to history")
+	metricsAddr := fs.String("metrics-listen", "127.0.0.1:0", "serve Prometheus /metrics, /healthz and /readyz on this HOST:PORT (port 0: a free one; empty: off)")
 	if err := e.parseNoArgs(c, fs, args); err != nil {
 		return err
 	}
@@ -145,7 +147,26 @@ func runDev(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 
-	svc, err := startScheduler(ctx, nc, n, schedulerOpts{name: "dev", replicas: 1, leaseTTL: 2 * time.Second, core: scheduler.CoreConfig{JobRetention: *retention}}, log)
+	so := schedulerOpts{name: "dev", replicas: 1, leaseTTL: 2 * time.Second, core: scheduler.CoreConfig{JobRetention: *retention}}
+	ms, err := listenMetrics(*metricsAddr)
+	if err != nil {
+		return err
+	}
+	metricsLine := ""
+	if ms != nil {
+		if so.metrics, err = metrics.NewScheduler(ms.reg); err != nil {
+			return err
+		}
+		if o.metrics, err = metrics.NewWorker(ms.reg, metrics.WorkerConfig{}); err != nil {
+			return err
+		}
+		ms.check("nats", natsReady(nc))
+		ms.check("scheduler", so.metrics.Ready)
+		ms.check("worker", o.metrics.Ready)
+		defer ms.serve(context.WithoutCancel(ctx), log)()
+		metricsLine = fmt.Sprintf("  metrics    %s  (and /healthz, /readyz)\n", ms.url())
+	}
+	svc, err := startScheduler(ctx, nc, n, so, log)
 	if err != nil {
 		return err
 	}
@@ -197,14 +218,14 @@ func runDev(ctx context.Context, e *env, args []string) error {
   scheduler  leading
   worker     %s with %d simulated %s (go-nvml mock devices, not real hardware)
   account    %s
-
+%s
 Try, in another terminal:
   %s submit --account demo --gpus 2 --cost 50 --wait -- sh -c 'echo hello from $CUDA_VISIBLE_DEVICES'
   %s jobs
   %s hosts
 
 Ctrl-C stops it; the data stays in %s.
-`, url, *data, o.host, o.gpus, model, demo, me, me, me, *data)
+`, url, *data, o.host, o.gpus, model, demo, metricsLine, me, me, me, *data)
 
 	select {
 	case <-ctx.Done():

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gpuq/gpuq/internal/metrics"
 	"github.com/gpuq/gpuq/internal/natsbus"
 	"github.com/gpuq/gpuq/internal/natsstore"
 	"github.com/gpuq/gpuq/internal/nvmlgpu"
@@ -27,7 +28,7 @@ func init() {
 	register(&command{
 		name:    "scheduler",
 		summary: "run a scheduler: fold the command log into the ledger and dispatch jobs",
-		usage:   "scheduler [--nats URL] [--creds FILE] [--name NAME] [--replicas 1|3] [--job-retention D] [--history-max-age D]",
+		usage:   "scheduler [--nats URL] [--creds FILE] [--name NAME] [--replicas 1|3] [--job-retention D] [--history-max-age D] [--metrics-listen ADDR]",
 		example: `  gpuq scheduler --nats nats://nats-1:4222,nats://nats-2:4222 --creds scheduler.creds --replicas 3
   # run two or three: one leads, the others wait on the lease and take over within seconds
   # later schedulers can leave --replicas out: they adopt what exists and never lower it
@@ -37,7 +38,7 @@ func init() {
 	register(&command{
 		name:    "worker",
 		summary: "run the worker daemon of this GPU host",
-		usage:   "worker [--nats URL] [--host NAME] [--simulate dgxh100|dgxh200 --gpus N] [--state-dir DIR] [--job-root DIR] [--job-uids FIRST-LAST|none]",
+		usage:   "worker [--nats URL] [--host NAME] [--simulate dgxh100|dgxh200 --gpus N] [--state-dir DIR] [--job-root DIR] [--job-uids FIRST-LAST|none] [--metrics-listen ADDR]",
 		example: `  gpuq worker --nats nats://nats-1:4222 --creds worker.creds          # real GPUs through NVML
   gpuq worker --host sim-2 --simulate dgxh100 --gpus 4                   # go-nvml's simulated GPUs
   # as root each attempt runs as its own user of --job-uids (61000-61099) in its own directory;
@@ -56,6 +57,8 @@ type schedulerOpts struct {
 	// are set from the other options).
 	retention     natsbus.SetupConfig
 	retainApplied time.Duration
+	// metrics, if set, receives what the scheduler measures.
+	metrics *metrics.Scheduler
 }
 
 // startScheduler sets up gpuq's streams and buckets and returns a scheduler
@@ -100,12 +103,16 @@ func startScheduler(ctx context.Context, nc *nats.Conn, n subjects.Names, o sche
 	lease.Logger = log.With("component", "scheduler")
 	store := natsstore.New(js, lkv)
 	store.Names = n
-	return scheduler.New(scheduler.Config{
+	cfg := scheduler.Config{
 		Store: store, Lease: lease, Log: natsbus.NewLog(js, n),
 		Publisher: natsbus.NewPublisher(js), Hosts: natsbus.NewHosts(hkv, log),
 		Names: n, Logger: log, Core: o.core, MaxMessageBytes: maxEffectBytes(nc.MaxPayload()),
 		RetainApplied: o.retainApplied,
-	})
+	}
+	if o.metrics != nil {
+		cfg.Metrics = o.metrics
+	}
+	return scheduler.New(cfg)
 }
 
 // maxEffectBytes is the largest effect body the scheduler may send to a
@@ -137,6 +144,7 @@ func runSchedulerCmd(ctx context.Context, e *env, args []string) error {
 	fs.DurationVar(&o.core.JobRetention, "job-retention", scheduler.DefaultJobRetention,
 		"how long a finished job stays in the ledger before it moves to the history stream (a positive duration, e.g. 168h)")
 	fs.DurationVar(&o.retention.HistoryMaxAge, "history-max-age", 0, "how long the history stream keeps archived jobs (0: for good)")
+	metricsAddr := fs.String("metrics-listen", "", "serve Prometheus /metrics, /healthz and /readyz on this HOST:PORT (default off)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if err := e.parseNoArgs(c, fs, args); err != nil {
 		return err
@@ -163,6 +171,19 @@ func runSchedulerCmd(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer nc.Close()
+	ms, err := listenMetrics(*metricsAddr)
+	if err != nil {
+		return err
+	}
+	if ms != nil {
+		if o.metrics, err = metrics.NewScheduler(ms.reg); err != nil {
+			return err
+		}
+		ms.check("nats", natsReady(nc))
+		ms.check("scheduler", o.metrics.Ready)
+		defer ms.serve(ctx, log)()
+		log.Info("serving metrics", slog.String("url", ms.url()))
+	}
 	svc, err := startScheduler(ctx, nc, n, o, log)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -184,6 +205,8 @@ type workerOpts struct {
 	keepDirs bool
 	drain    time.Duration
 	maxUsed  int64
+	// metrics, if set, receives what the worker measures.
+	metrics *metrics.Worker
 }
 
 // defaultJobUIDs is the worker's job uid pool when it runs as root: ids no
@@ -228,8 +251,13 @@ func newWorker(ctx context.Context, nc *nats.Conn, n subjects.Names, o workerOpt
 	if err != nil {
 		return nil, err
 	}
-	return worker.New(worker.Config{Host: o.host, GPU: gpu, Bus: bus, Logger: log, StateDir: o.stateDir,
-		JobRoot: o.jobRoot, JobUIDs: o.jobUIDs, KeepAttemptDirs: o.keepDirs, DrainTimeout: o.drain, MaxUsedMiB: o.maxUsed})
+	cfg := worker.Config{Host: o.host, GPU: gpu, Bus: bus, Logger: log, StateDir: o.stateDir,
+		JobRoot: o.jobRoot, JobUIDs: o.jobUIDs, KeepAttemptDirs: o.keepDirs, DrainTimeout: o.drain, MaxUsedMiB: o.maxUsed}
+	if o.metrics != nil {
+		cfg.Metrics = o.metrics
+		bus.ReportRetried = o.metrics.ReportRetried
+	}
+	return worker.New(cfg)
 }
 
 func runWorkerCmd(ctx context.Context, e *env, args []string) error {
@@ -251,6 +279,7 @@ func runWorkerCmd(ctx context.Context, e *env, args []string) error {
 		"and no other worker's; none runs jobs as the worker's user (default "+defaultJobUIDs+" as root, none otherwise)")
 	fs.DurationVar(&o.drain, "drain", 5*time.Minute, "on SIGTERM, how long running jobs may finish before they are stopped")
 	fs.Int64Var(&o.maxUsed, "max-used-mib", 1024, "memory a GPU may have in use and still count as free")
+	metricsAddr := fs.String("metrics-listen", "", "serve Prometheus /metrics, /healthz and /readyz on this HOST:PORT (default off)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if err := e.parseNoArgs(c, fs, args); err != nil {
 		return err
@@ -284,6 +313,19 @@ func runWorkerCmd(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer nc.Close()
+	ms, err := listenMetrics(*metricsAddr)
+	if err != nil {
+		return err
+	}
+	if ms != nil {
+		if o.metrics, err = metrics.NewWorker(ms.reg, metrics.WorkerConfig{}); err != nil {
+			return err
+		}
+		ms.check("nats", natsReady(nc))
+		ms.check("worker", o.metrics.Ready)
+		defer ms.serve(context.WithoutCancel(ctx), log)()
+		log.Info("serving metrics", slog.String("url", ms.url()))
+	}
 	w, err := newWorker(ctx, nc, n, o, gpu, log)
 	if err != nil {
 		if ctx.Err() != nil {

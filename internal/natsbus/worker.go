@@ -35,6 +35,9 @@ type WorkerBus struct {
 	// server is gone) make the bus read its orders afresh. Defaults to 10s,
 	// as does a value under 1s.
 	PullExpiry time.Duration
+	// ReportRetried, if set, is called each time a report's publish
+	// failed and is retried (for metrics). Defaults to nil.
+	ReportRetried func(err error)
 
 	mu     sync.Mutex
 	ledger jetstream.KeyValue // bound on first use, see Job
@@ -187,13 +190,17 @@ func (b *WorkerBus) Report(ctx context.Context, r ledger.Report) error {
 	msg = wire.WithNonce(msg, rand.Text())
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 50*time.Millisecond, 5*time.Second, 0
-	return backoff.Retry(func() error {
+	return backoff.RetryNotify(func() error {
 		_, err := b.js.PublishMsg(ctx, natsMsg(msg), jetstream.WithExpectStream(b.n.CmdStream()))
 		if err != nil && ctx.Err() != nil {
 			return backoff.Permanent(ctx.Err())
 		}
 		return err
-	}, backoff.WithContext(bo, ctx))
+	}, backoff.WithContext(bo, ctx), func(err error, _ time.Duration) {
+		if b.ReportRetried != nil {
+			b.ReportRetried(err)
+		}
+	})
 }
 
 // Log publishes one output chunk.
