@@ -231,7 +231,7 @@ func startDeployCluster(t *testing.T) *deployCluster {
 		}
 		opts.Host, opts.Port, opts.HTTPHost, opts.HTTPPort = "127.0.0.1", clientPorts[i], "127.0.0.1", loopbackPort(t)
 		opts.Cluster.Host, opts.Cluster.Port, opts.Routes = "127.0.0.1", routePorts[i], routes
-		opts.StoreDir, opts.NoLog, opts.NoSigs, opts.LameDuckDuration = t.TempDir(), true, true, 0
+		opts.StoreDir, opts.PidFile, opts.NoLog, opts.NoSigs, opts.LameDuckDuration = t.TempDir(), filepath.Join(t.TempDir(), "nats.pid"), true, true, 0
 		ns, err := server.NewServer(opts)
 		if err != nil {
 			t.Fatalf("server %s: %v", name, err)
