@@ -77,6 +77,10 @@ func (c *cluster) startScheduler(name string, o schedOpts) *sched {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	fkv, err := js.KeyValue(ctx, c.n.FactsBucket())
+	if err != nil {
+		c.t.Fatal(err)
+	}
 	lease, err := natsstore.NewLease(js, lkv, name, time.Second)
 	if err != nil {
 		c.t.Fatal(err)
@@ -104,7 +108,7 @@ func (c *cluster) startScheduler(name string, o schedOpts) *sched {
 		Lease:     &watchedLease{Lease: lease, released: func() { s.ended.Add(1); notify(s.left) }},
 		Publisher: natsbus.NewPublisher(js), Hosts: natsbus.NewHosts(hkv, log),
 		Names: c.n, Core: o.core, Logger: log, DecideInterval: 20 * time.Millisecond,
-		StepDownWait: 50 * time.Millisecond, Hooks: hooks,
+		StepDownWait: 50 * time.Millisecond, Hooks: hooks, Facts: natsbus.NewFacts(fkv), Name: name, FactInterval: 20 * time.Millisecond,
 	})
 	if err != nil {
 		c.t.Fatal(err)

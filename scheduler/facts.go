@@ -83,20 +83,43 @@ func (c *Core) Waiting(s *ledger.State, now time.Time, limit int) ([]Waiting, in
 	return out, c.queue.Len()
 }
 
-// queueAhead counts the jobs a walk of the queue has passed.
+// queueAhead counts the jobs a walk of the queue has passed, by priority
+// and account.
 type queueAhead struct {
 	n      int
-	byPrio map[int]int
-	byAcct map[string]int // by account and priority: account + "\x00" + priority
+	byPrio map[int]map[string]int
 }
 
 func (q *queueAhead) add(j *ledger.Job) {
 	if q.byPrio == nil {
-		q.byPrio, q.byAcct = map[int]int{}, map[string]int{}
+		q.byPrio = map[int]map[string]int{}
+	}
+	if q.byPrio[j.Priority] == nil {
+		q.byPrio[j.Priority] = map[string]int{}
 	}
 	q.n++
-	q.byPrio[j.Priority]++
-	q.byAcct[fmt.Sprint(j.Account, "\x00", j.Priority)]++
+	q.byPrio[j.Priority][j.Account]++
+}
+
+// split counts the jobs ahead of j as Explain sorts them: of higher
+// priority; at its priority, of accounts with a smaller share; and older
+// (its own account's, or of an account with the same share).
+func (q *queueAhead) split(c *Core, j *ledger.Job) (higher, fairer, older int) {
+	mine := c.share(j.Account)
+	for p, accts := range q.byPrio {
+		for acct, n := range accts {
+			switch {
+			case p > j.Priority:
+				higher += n
+			case p < j.Priority:
+			case acct != j.Account && c.share(acct) < mine:
+				fairer += n
+			default:
+				older += n
+			}
+		}
+	}
+	return higher, fairer, older
 }
 
 // waiting explains pending job j, with ahead the jobs queued before it.
@@ -155,14 +178,7 @@ func (c *Core) waiting(s *ledger.State, j *ledger.Job, now time.Time, hosts []*h
 		add("host_backoff", strings.Join(backedOff, ";"), "the hosts with room for it are backed off after refusing orders or losing attempts to the infrastructure: %s", strings.Join(backedOff, "; "))
 	}
 	if ahead.n > 0 {
-		higher := 0
-		for p, n := range ahead.byPrio {
-			if p > j.Priority {
-				higher += n
-			}
-		}
-		older := ahead.byAcct[fmt.Sprint(j.Account, "\x00", j.Priority)]
-		fairer := ahead.n - higher - older
+		higher, fairer, older := ahead.split(c, j)
 		msg := fmt.Sprintf("%d jobs are ahead of it in the queue: %d of higher priority", ahead.n, higher)
 		if fairer > 0 {
 			msg += fmt.Sprintf(", %d from accounts with a smaller fair share of recent use (account %s has used %.0f GPU-seconds per unit of weight)",
