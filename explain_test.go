@@ -9,9 +9,11 @@ package gpuq_test
 // from an idle queue costs no fact write.
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -157,6 +159,43 @@ func TestExplainIsWhatTheSchedulerComputed(t *testing.T) {
 	// quick never waited past a pass: no fact was ever written for it.
 	if _, err := fkv.History(ctx, subjects.FactWaitKey("a", "quick")); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Errorf("quick, dispatched at once, has fact history: %v", err)
+	}
+}
+
+// hangingFacts is a fact store whose every call hangs until its context
+// ends, as a bucket that cannot be reached does.
+type hangingFacts struct{ calls atomic.Int32 }
+
+func (h *hangingFacts) hang(ctx context.Context) error {
+	h.calls.Add(1)
+	<-ctx.Done()
+	return ctx.Err()
+}
+func (h *hangingFacts) Put(ctx context.Context, _ string, _ []byte) error { return h.hang(ctx) }
+func (h *hangingFacts) Delete(ctx context.Context, _ string) error        { return h.hang(ctx) }
+func (h *hangingFacts) Keys(ctx context.Context) ([]string, error)        { return nil, h.hang(ctx) }
+
+// TestFactsNeverHoldUpTheFold: with a facts store that never answers, the
+// scheduler still folds, dispatches and settles jobs, and keeps trying the
+// store.
+func TestFactsNeverHoldUpTheFold(t *testing.T) {
+	c := newCluster(t)
+	facts := &hangingFacts{}
+	c.startScheduler("s1", schedOpts{facts: facts})
+	c.createAccount("a", 1000)
+	c.registerHost("h1", 2)
+	w := c.worker("h1")
+	for _, id := range []string{"j1", "j2", "j3"} {
+		ev := c.submit("a", id, 2, 1, 0)
+		d := w.nextDispatch(id)
+		w.start(d)
+		w.finish(d, 0)
+		if final := c.waitFinal("a", id, ev.Seq); final.Type != ledger.EventSucceeded {
+			t.Fatalf("%s ended %+v", id, final)
+		}
+	}
+	if facts.calls.Load() == 0 {
+		t.Error("the scheduler never tried the facts store")
 	}
 }
 

@@ -68,6 +68,9 @@ func (c *Core) Waiting(s *ledger.State, now time.Time, limit int) ([]Waiting, in
 	p.End()
 	held := 0
 	for _, id := range slices.Sorted(maps.Keys(s.Accounts)) {
+		if held >= limit {
+			break
+		}
 		for _, jid := range s.Accounts[id].HeldJobs {
 			if held >= limit {
 				break

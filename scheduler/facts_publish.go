@@ -241,7 +241,9 @@ func (w *factWriter) run(ctx context.Context, log *slog.Logger) {
 		}
 	}
 	for {
-		keys, err := w.store.Keys(ctx)
+		kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		keys, err := w.store.Keys(kctx)
+		cancel()
 		if err == nil {
 			w.keys <- keys
 			break
