@@ -162,6 +162,49 @@ func TestExplainIsWhatTheSchedulerComputed(t *testing.T) {
 	}
 }
 
+// TestFactsOfAnEarlierTermAreReconciled: a new leader deletes the wait
+// facts its predecessor left for jobs no longer waiting, and rewrites those
+// of jobs still waiting under its own term.
+func TestFactsOfAnEarlierTermAreReconciled(t *testing.T) {
+	c := newCluster(t)
+	ctx := c.ctx()
+	s1 := c.startScheduler("s1", schedOpts{core: scheduler.CoreConfig{UnplaceableAfter: time.Hour}})
+	c.createAccount("a", 1000)
+	c.registerHost("h1", 2)
+	for _, id := range []string{"w1", "w2"} {
+		c.submit("a", id, 4, 1, 0) // wider than h1: they wait
+	}
+	first := waitFor(t, func() (client.Explanation, bool) {
+		ex, err := c.c.Explain(ctx, "a", "w2")
+		return ex, err == nil && ex.Status == client.Explained
+	})
+	if err := s1.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	// w1 is cancelled while no scheduler runs; s2 folds it when it leads.
+	msg, err := wire.EncodeCancel(c.n, ledger.Cancel{Account: "a", Job: "w1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.publishRaw(msg.Subject, msg.MsgID, msg.Data)
+	c.startScheduler("s2", schedOpts{core: scheduler.CoreConfig{UnplaceableAfter: time.Hour}})
+	fkv, err := c.js.KeyValue(ctx, c.n.FactsBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() (struct{}, bool) {
+		_, err := fkv.Get(ctx, subjects.FactWaitKey("a", "w1"))
+		return struct{}{}, errors.Is(err, jetstream.ErrKeyNotFound)
+	})
+	second := waitFor(t, func() (client.Explanation, bool) {
+		ex, err := c.c.Explain(ctx, "a", "w2")
+		return ex, err == nil && ex.Status == client.Explained && ex.Fact.Term != first.Fact.Term
+	})
+	if cf, err := c.c.SchedulerConfig(ctx); err != nil || cf.Leader != "s2" || cf.Term != second.Fact.Term {
+		t.Errorf("config fact after the takeover = %+v, %v; want s2's, term %s", cf, err, second.Fact.Term)
+	}
+}
+
 // hangingFacts is a fact store whose every call hangs until its context
 // ends, as a bucket that cannot be reached does.
 type hangingFacts struct{ calls atomic.Int32 }
