@@ -3,6 +3,7 @@ package natsbus
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -25,9 +26,15 @@ func (f *Facts) Put(ctx context.Context, key string, value []byte) error {
 	return err
 }
 
-// Delete removes key. Deleting a key that is not there is no error.
+// FactMarkerTTL is how long the marker a deleted fact leaves stays in the
+// bucket: a purge with a TTL, so that the jobs passing through the queue
+// leave no marker each behind for good.
+const FactMarkerTTL = time.Minute
+
+// Delete removes key, leaving a marker for FactMarkerTTL. Deleting a key
+// that is not there is no error.
 func (f *Facts) Delete(ctx context.Context, key string) error {
-	err := f.kv.Delete(ctx, key)
+	err := f.kv.Purge(ctx, key, jetstream.PurgeTTL(FactMarkerTTL))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil
 	}

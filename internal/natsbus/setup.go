@@ -197,9 +197,11 @@ func Buckets(n subjects.Names, cfg SetupConfig) ([]jetstream.KeyValueConfig, err
 			History: 1, MaxValueSize: wire.MaxMessageBytes, Storage: cfg.Storage,
 			Replicas: cfg.replicas(), LimitMarkerTTL: LeaseMarkerTTL},
 		// Read-optimised facts the leader publishes for readers (gpuq why):
-		// advisory, rebuilt by every new leader, so one version a key.
+		// advisory, rebuilt by every new leader, so one version a key, and a
+		// deleted key's marker expires.
 		{Bucket: n.FactsBucket(), Description: "gpuq scheduler facts: its configuration, its latest pass, and why each waiting job waits",
-			History: 1, MaxValueSize: wire.MaxMessageBytes, Storage: cfg.Storage, Replicas: cfg.replicas()},
+			History: 1, MaxValueSize: wire.MaxMessageBytes, Storage: cfg.Storage, Replicas: cfg.replicas(),
+			LimitMarkerTTL: LeaseMarkerTTL}, // allows the TTL of a deleted fact's marker (Facts.Delete)
 	}, nil
 }
 
