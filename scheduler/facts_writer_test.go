@@ -47,9 +47,11 @@ func (m *memFacts) write(op, key, v string) error {
 	return nil
 }
 
-func (m *memFacts) Put(_ context.Context, key string, v []byte) error { return m.write("put", key, string(v)) }
-func (m *memFacts) Delete(_ context.Context, key string) error        { return m.write("del", key, "") }
-func (m *memFacts) Keys(context.Context) ([]string, error)            { return nil, nil }
+func (m *memFacts) Put(_ context.Context, key string, v []byte) error {
+	return m.write("put", key, string(v))
+}
+func (m *memFacts) Delete(_ context.Context, key string) error { return m.write("del", key, "") }
+func (m *memFacts) Keys(context.Context) ([]string, error)     { return nil, nil }
 
 func (m *memFacts) writes() []string {
 	m.mu.Lock()
