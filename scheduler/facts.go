@@ -48,7 +48,8 @@ type Waiting struct {
 // are queued. Call it after [Core.Decide]: the reservations are that pass's.
 // It costs O(limit × hosts) and leaves the queue as it was.
 func (c *Core) Waiting(s *ledger.State, now time.Time, limit int) ([]Waiting, int) {
-	hosts := slices.SortedFunc(maps.Values(c.hosts), func(a, b *hostState) int { return cmp.Compare(a.name, b.name) })
+	hv := &hostViews{hosts: slices.SortedFunc(maps.Values(c.hosts), func(a, b *hostState) int { return cmp.Compare(a.name, b.name) }),
+		byGPUs: map[int]*hostView{}}
 	shadows := slices.SortedFunc(maps.Values(c.shadows), func(a, b Shadow) int { return cmp.Compare(a.Job, b.Job) })
 	var out []Waiting
 	var ahead queueAhead
@@ -62,7 +63,7 @@ func (c *Core) Waiting(s *ledger.State, now time.Time, limit int) ([]Waiting, in
 		if j == nil || j.State != ledger.StatePending {
 			continue // stale entry; skipped, restored by End
 		}
-		out = append(out, c.waiting(s, j, now, hosts, shadows, &ahead))
+		out = append(out, c.waiting(s, j, now, hv, shadows, &ahead))
 		ahead.add(j)
 	}
 	p.End()
@@ -125,8 +126,51 @@ func (q *queueAhead) split(c *Core, j *ledger.Job) (higher, fairer, older int) {
 	return higher, fairer, older
 }
 
+// hostViews are the hosts as a pass's jobs see them, by the GPUs a job
+// needs: jobs of one width see the same, so each width is computed once per
+// walk and a job costs O(1) in the hosts.
+type hostViews struct {
+	hosts  []*hostState // by name
+	byGPUs map[int]*hostView
+}
+
+type hostView struct {
+	largest, mostFree int
+	freest, strayed   string
+	backedOff         []string     // hosts with room, backed off, described
+	roomNow           bool         // some host with room is not backed off
+	room              []*hostState // hosts with room, by name
+}
+
+// of returns the hosts as a job needing gpus sees them at now.
+func (hv *hostViews) of(c *Core, gpus int, now time.Time) *hostView {
+	if v := hv.byGPUs[gpus]; v != nil {
+		return v
+	}
+	v := &hostView{}
+	for _, h := range hv.hosts {
+		v.largest = max(v.largest, h.total)
+		if f := h.free(); f > v.mostFree {
+			v.mostFree, v.freest = f, h.name
+		}
+		if h.free() < gpus && h.free()+h.stray() >= gpus && v.strayed == "" {
+			v.strayed = fmt.Sprintf(" (on %s, %d GPUs are held by attempts the ledger does not run there: a job just ended, or a restarted worker's stale runs)", h.name, h.stray())
+		}
+		if h.free() >= gpus {
+			v.room = append(v.room, h)
+			if until := c.backoffUntil(h.name); now.Before(until) {
+				v.backedOff = append(v.backedOff, fmt.Sprintf("%s %s; it gets no new one until %s", h.name, c.failuresText(h.name), until.UTC().Format(time.RFC3339Nano)))
+			} else {
+				v.roomNow = true
+			}
+		}
+	}
+	hv.byGPUs[gpus] = v
+	return v
+}
+
 // waiting explains pending job j, with ahead the jobs queued before it.
-func (c *Core) waiting(s *ledger.State, j *ledger.Job, now time.Time, hosts []*hostState, shadows []Shadow, ahead *queueAhead) Waiting {
+func (c *Core) waiting(s *ledger.State, j *ledger.Job, now time.Time, hv *hostViews, shadows []Shadow, ahead *queueAhead) Waiting {
 	w := Waiting{Job: j.ID, Account: j.Account, State: j.State}
 	var stable []string
 	add := func(kind, key, format string, args ...any) {
@@ -149,27 +193,10 @@ func (c *Core) waiting(s *ledger.State, j *ledger.Job, now time.Time, hosts []*h
 			add("max_running_gpus", "", "account %s runs %d GPUs; %d more would pass its cap of %d", a.ID, a.RunningGPUs+u.gpus, j.GPUs, m)
 		}
 	}
-	largest, mostFree, freest, strayed := 0, 0, "", ""
-	var backedOff []string
-	roomNow := false
-	for _, h := range hosts {
-		largest = max(largest, h.total)
-		if f := h.free(); f > mostFree {
-			mostFree, freest = f, h.name
-		}
-		if h.free() < j.GPUs && h.free()+h.stray() >= j.GPUs && strayed == "" {
-			strayed = fmt.Sprintf(" (on %s, %d GPUs are held by attempts the ledger does not run there: a job just ended, or a restarted worker's stale runs)", h.name, h.stray())
-		}
-		if h.free() >= j.GPUs {
-			if until := c.backoffUntil(h.name); now.Before(until) {
-				backedOff = append(backedOff, fmt.Sprintf("%s %s; it gets no new one until %s", h.name, c.failuresText(h.name), until.UTC().Format(time.RFC3339Nano)))
-			} else {
-				roomNow = true
-			}
-		}
-	}
+	v := hv.of(c, j.GPUs, now)
+	largest, mostFree, freest, strayed, backedOff, roomNow := v.largest, v.mostFree, v.freest, v.strayed, v.backedOff, v.roomNow
 	switch {
-	case len(hosts) == 0:
+	case len(hv.hosts) == 0:
 		add("no_hosts", "", "no worker is heartbeating: start a worker (gpuq worker) or check its connection")
 	case j.GPUs > largest:
 		add("too_wide", fmt.Sprint(largest), "it needs %d GPUs; the largest live host has %d (it fails as unplaceable if no larger host joins)", j.GPUs, largest)
@@ -200,14 +227,11 @@ func (c *Core) waiting(s *ledger.State, j *ledger.Job, now time.Time, hosts []*h
 		w.Reservation = &sh
 	} else {
 		for _, sh := range shadows {
-			room, allowed := false, false
-			for _, h := range hosts {
-				if h.free() >= j.GPUs {
-					room = true
-					allowed = allowed || !sh.rulesOut(h.name, j, now)
-				}
+			allowed := false
+			for _, h := range v.room {
+				allowed = allowed || !sh.rulesOut(h.name, j, now)
 			}
-			if room && !allowed {
+			if len(v.room) > 0 && !allowed {
 				add("backfill_blocked", sh.Job+sh.Host+sh.At.String(), "job %s has GPUs reserved on %s from %s; this job's walltime of %s would run into that reservation",
 					sh.Job, sh.Host, sh.At.UTC().Format(time.RFC3339), j.Walltime)
 			}

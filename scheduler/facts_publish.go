@@ -82,7 +82,7 @@ func (ft *factTerm) after(t *term, now time.Time) {
 		}
 	}
 	ws, queued := t.core.Waiting(t.state, now, ft.cfg.FactWindow)
-	changed := 0
+	changed, dropped := 0, 0
 	ft.pass++
 	seen := make(map[string]bool, len(ws))
 	for _, w := range ws {
@@ -94,6 +94,7 @@ func (ft *factTerm) after(t *term, now time.Time) {
 		if ft.w.backlog() > 8*ft.cfg.FactWindow {
 			ft.dropping.failed(ft.log, "the facts bucket takes writes slower than explanations change; skipping some until it catches up",
 				slog.Int("backlog", ft.w.backlog()))
+			dropped++
 			continue
 		}
 		v, err := wire.EncodeFact(w.Fact(ft.term, ft.pass, t.applied, now.UTC()))
@@ -105,7 +106,7 @@ func (ft *factTerm) after(t *term, now time.Time) {
 		ft.w.put(k, v)
 		changed++
 	}
-	if len(ws) > 0 && changed == 0 {
+	if dropped == 0 {
 		ft.dropping.ok(ft.log, "the facts bucket caught up")
 	}
 	for k := range ft.published {
@@ -115,9 +116,11 @@ func (ft *factTerm) after(t *term, now time.Time) {
 			changed++
 		}
 	}
-	if changed == 0 && t.applied == ft.lastSeq && !ft.lastPass.IsZero() {
+	if dropped > 0 || changed == 0 && t.applied == ft.lastSeq && !ft.lastPass.IsZero() {
+		// Nothing new to say, or not all of it queued: the pass fact
+		// must not vouch for facts that were skipped.
 		ft.lastPass = now
-		return // nothing new to say: no write at all
+		return
 	}
 	ft.lastPass, ft.lastSeq = now, t.applied
 	v, err := wire.EncodeFact(wire.PassFact{Term: ft.term, Pass: ft.pass, Seq: t.applied, At: now.UTC(),

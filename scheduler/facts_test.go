@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpuq/gpuq/ledger"
+	"github.com/gpuq/gpuq/ledger/ledgertest"
 	"github.com/gpuq/gpuq/scheduler"
 	"github.com/gpuq/gpuq/wire"
 )
@@ -125,6 +126,37 @@ func TestWaitingIsBounded(t *testing.T) {
 	for _, w := range ws {
 		if j := h.l.State.Jobs[w.Job]; j.Priority != 2 {
 			t.Errorf("%s (priority %d) explained before the priority-2 jobs", w.Job, j.Priority)
+		}
+	}
+}
+
+// BenchmarkWaiting measures the fact pass the leader runs after a decision
+// pass: explaining the first 1,000 of -bench.jobs pending jobs on 100 full
+// hosts. It costs the window, not the backlog.
+func BenchmarkWaiting(b *testing.B) {
+	l := ledgertest.NewLog(b)
+	l.Create("a", ledger.MaxCredits)
+	core := scheduler.NewCore(scheduler.CoreConfig{})
+	for i := range *benchJobs {
+		l.State.Apply(ledger.Submit{Account: "a", ID: fmt.Sprintf("job-%07d", i), GPUs: 8, Cost: 1, Command: []string{"x"}}, l.Seq+1, l.Now)
+		l.Seq++
+	}
+	core.Load(l.State)
+	for h := range 100 {
+		hb := wire.Host{Host: fmt.Sprintf("h%03d", h)}
+		for i := range 8 {
+			hb.Devices = append(hb.Devices, wire.Device{UUID: fmt.Sprintf("h%03d-%d", h, i), Healthy: true})
+		}
+		core.SetHost(hb, l.Now)
+	}
+	for _, c := range core.Decide(l.State, l.Now) { // fills the hosts
+		l.Seq++
+		core.Observe(l.State, c, l.State.Apply(c, l.Seq, l.Now))
+	}
+	core.Decide(l.State, l.Now)
+	for b.Loop() {
+		if ws, queued := core.Waiting(l.State, l.Now, 1000); len(ws) != 1000 || queued != *benchJobs-100 {
+			b.Fatalf("Waiting = %d of %d", len(ws), queued)
 		}
 	}
 }
