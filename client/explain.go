@@ -59,7 +59,8 @@ type Explanation struct {
 // job, the blockers and backfill reservation the leading scheduler computed
 // on its last pass, read from the facts it publishes (no decision is
 // computed here, so the answer is the scheduler's, under its settings). It
-// reads the job's record, its wait fact and the pass fact: three key reads.
+// reads the job's record, the pass fact and the wait fact, in that order:
+// three key reads.
 //
 // It returns [ErrNotFound] if the job is not in the ledger (it may have
 // been archived), an error if the job is another account's, and an error
@@ -83,6 +84,13 @@ func (c *Client) Explain(ctx context.Context, account, job string) (Explanation,
 	}
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
+	// The pass fact first: every wait fact it vouches for was written
+	// before it, so a wait fact read after it is at least that new (read
+	// the other way round, a fact written between the two reads would be
+	// missed while the newer pass vouched for it).
+	if ex.Pass, err = c.pass(ctx); err != nil {
+		return Explanation{}, err
+	}
 	key := subjects.FactWaitKey(account, job)
 	data, err := c.fact(ctx, key)
 	switch {
@@ -95,9 +103,6 @@ func (c *Client) Explain(ctx context.Context, account, job string) (Explanation,
 			return Explanation{}, fmt.Errorf("facts key %s: %w", key, err)
 		}
 		ex.Fact = &f
-	}
-	if ex.Pass, err = c.pass(ctx); err != nil {
-		return Explanation{}, err
 	}
 	// A fact is current if the latest published pass of its term folded
 	// the job's last change: every change that pass found was written
