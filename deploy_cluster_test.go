@@ -101,7 +101,7 @@ func TestDeployClusterConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := scheduler.New(scheduler.Config{Store: natsstore.New(sjs, lkv), Lease: lease, Log: natsbus.NewLog(sjs, n),
+	svc, err := scheduler.New(scheduler.Config{Store: natsstore.New(sjs, lkv), Lease: lease, CommandLog: natsbus.NewCommandLog(sjs, n),
 		Publisher: natsbus.NewPublisher(sjs), Hosts: natsbus.NewHosts(hkv, log), Logger: log, DecideInterval: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -78,7 +78,7 @@ func TestDeployConfigRoles(t *testing.T) {
 	}
 	if e := <-w.Updates(); e == nil || e.Key() != roleHost1 {
 		t.Errorf("admin reads the heartbeats: %v", e)
-	} else if h, err := wire.DecodeHost(e.Value()); err != nil || len(h.Devices) != 2 {
+	} else if h, err := wire.DecodeHeartbeat(e.Value()); err != nil || len(h.Devices) != 2 {
 		t.Errorf("gpu-host-1's heartbeat as the admin reads it: %+v, %v", h, err)
 	}
 	_ = w.Stop() // a read-only watch

@@ -101,11 +101,11 @@ func TestExplainIsWhatTheSchedulerComputed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := wire.DecodeHost(e.Value())
+	h, err := wire.DecodeHeartbeat(e.Value())
 	if err != nil {
 		t.Fatal(err)
 	}
-	hosts, now := []wire.Host{h}, time.Now()
+	hosts, now := []wire.Heartbeat{h}, time.Now()
 	fj := view.State.Jobs["flaky"]
 	at := fj.Attempts[len(fj.Attempts)-1].EndedAt.Add(policy.Retry.Delay("flaky", fj.Failures))
 	if want := "until " + at.UTC().Format(time.RFC3339) + " after"; !strings.Contains(fex.Blockers[0].Message, want) {

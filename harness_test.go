@@ -91,7 +91,7 @@ func (c *cluster) startScheduler(name string, o schedOpts) *sched {
 		facts = o.facts
 	}
 	s := &sched{name: name, nc: nc, done: make(chan error, 1), began: make(chan struct{}, 16), left: make(chan struct{}, 16),
-		log: &followLog{Log: natsbus.NewLog(js, c.n)}}
+		log: &followLog{CommandLog: natsbus.NewCommandLog(js, c.n)}}
 	hooks := o.hooks
 	prev := hooks.Leading
 	hooks.Leading = func() {
@@ -109,7 +109,7 @@ func (c *cluster) startScheduler(name string, o schedOpts) *sched {
 	}
 	log := slog.New(slog.NewTextHandler(tOutput{c.t, name}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	svc, err := scheduler.New(scheduler.Config{
-		Store: natsstore.New(js, lkv), Log: s.log,
+		Store: natsstore.New(js, lkv), CommandLog: s.log,
 		Lease:     &watchedLease{Lease: lease, released: func() { s.ended.Add(1); notify(s.left) }},
 		Publisher: natsbus.NewPublisher(js), Hosts: natsbus.NewHosts(hkv, log),
 		Names: c.n, Core: o.core, Logger: log, DecideInterval: 20 * time.Millisecond,
@@ -185,13 +185,13 @@ func notify(ch chan struct{}) {
 // followLog is the command log, remembering the scheduler's latest follower
 // so a test can see how many entries it has received and not yet folded.
 type followLog struct {
-	scheduler.Log
+	scheduler.CommandLog
 	mu  sync.Mutex
 	fol scheduler.Follower
 }
 
 func (l *followLog) Follow(ctx context.Context, after uint64) (scheduler.Follower, error) {
-	f, err := l.Log.Follow(ctx, after)
+	f, err := l.CommandLog.Follow(ctx, after)
 	if err == nil {
 		l.mu.Lock()
 		l.fol = f
@@ -254,11 +254,11 @@ func (c *cluster) createAccount(id string, balance ledger.Credits) {
 // as a worker does.
 func (c *cluster) registerHost(host string, gpus int) {
 	c.t.Helper()
-	h := wire.Host{Host: host, Simulated: true, Time: time.Now()}
+	h := wire.Heartbeat{Host: host, Simulated: true, Time: time.Now()}
 	for i := range gpus {
 		h.Devices = append(h.Devices, wire.Device{UUID: fmt.Sprintf("GPU-%s-%d", host, i), Model: "simulated", Healthy: true})
 	}
-	data, err := wire.EncodeHost(h)
+	data, err := wire.EncodeHeartbeat(h)
 	if err != nil {
 		c.t.Fatal(err)
 	}

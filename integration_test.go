@@ -50,7 +50,7 @@ func TestSubmitRunSettle(t *testing.T) {
 	}
 	var kinds []string
 	for _, m := range c.events(c.n.Journal("vision")) {
-		e, err := wire.DecodeEntry(m.Data())
+		e, err := wire.DecodeJournalEntry(m.Data())
 		if err != nil {
 			t.Fatalf("journal entry: %v", err)
 		}

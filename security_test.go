@@ -151,7 +151,7 @@ func newDeployment(t *testing.T, opts ...func(*scheduler.Config)) *deployment {
 	if err != nil {
 		t.Fatalf("scheduler binds the facts bucket: %v", err)
 	}
-	cfg := scheduler.Config{Store: natsstore.New(d.sjs, d.ledger), Lease: lease, Log: natsbus.NewLog(d.sjs, d.n),
+	cfg := scheduler.Config{Store: natsstore.New(d.sjs, d.ledger), Lease: lease, CommandLog: natsbus.NewCommandLog(d.sjs, d.n),
 		Publisher: natsbus.NewPublisher(d.sjs), Hosts: natsbus.NewHosts(d.hosts, d.log), Logger: d.log, DecideInterval: 20 * time.Millisecond,
 		Facts: natsbus.NewFacts(facts), FactInterval: 20 * time.Millisecond}
 	for _, o := range opts {
@@ -591,7 +591,7 @@ func TestSecurity(t *testing.T) {
 		before := d.account(roleVision)
 		// gpu-host-2 has a heartbeat: draining, no GPUs, so nothing is
 		// placed on it.
-		hb, err := wire.EncodeHost(wire.Host{V: 1, Host: roleHost2, Draining: true, Devices: []wire.Device{}, Running: []wire.Running{}, Time: time.Now()})
+		hb, err := wire.EncodeHeartbeat(wire.Heartbeat{V: 1, Host: roleHost2, Draining: true, Devices: []wire.Device{}, Running: []wire.Running{}, Time: time.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -54,7 +54,7 @@ type HostList struct {
 }
 
 // statusOf counts h's GPUs.
-func statusOf(h wire.Host) HostStatus {
+func statusOf(h wire.Heartbeat) HostStatus {
 	v := HostStatus{Host: h.Host, Simulated: h.Simulated, Draining: h.Draining, GPUs: len(h.Devices), Running: h.Running, Seen: h.Time, Devices: h.Devices}
 	for _, d := range h.Devices {
 		v.Model = d.Model
@@ -99,14 +99,14 @@ func (c *Client) Hosts(ctx context.Context) (HostList, error) {
 // Heartbeats reads every live host's current heartbeat as its worker wrote
 // it, sorted by host, as [Client.Hosts] does; values that are not
 // heartbeats are reported in foreign and left out.
-func (c *Client) Heartbeats(ctx context.Context) (hosts []wire.Host, foreign []*ForeignValueError, err error) {
+func (c *Client) Heartbeats(ctx context.Context) (hosts []wire.Heartbeat, foreign []*ForeignValueError, err error) {
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
 	hosts, err = c.heartbeats(ctx, &foreign)
 	return hosts, foreign, err
 }
 
-func (c *Client) heartbeats(ctx context.Context, foreign *[]*ForeignValueError) ([]wire.Host, error) {
+func (c *Client) heartbeats(ctx context.Context, foreign *[]*ForeignValueError) ([]wire.Heartbeat, error) {
 	kv, err := c.js.KeyValue(ctx, c.n.HostsBucket())
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("%s: %w", c.n.HostsBucket(), ErrNoBucket)
@@ -121,12 +121,12 @@ func (c *Client) heartbeats(ctx context.Context, foreign *[]*ForeignValueError) 
 	defer func() { _ = w.Stop() }() // a read-only watch; stopping it loses nothing
 	// A heartbeat written while the watch starts can come twice; the later
 	// one is the newer.
-	byKey := map[string]wire.Host{}
+	byKey := map[string]wire.Heartbeat{}
 	for {
 		select {
 		case e := <-w.Updates():
 			if e != nil {
-				h, err := wire.DecodeHost(e.Value())
+				h, err := wire.DecodeHeartbeat(e.Value())
 				if err != nil {
 					*foreign = append(*foreign, &ForeignValueError{Key: e.Key(), Revision: e.Revision(), Err: err})
 					delete(byKey, e.Key())
@@ -136,11 +136,11 @@ func (c *Client) heartbeats(ctx context.Context, foreign *[]*ForeignValueError) 
 				continue
 			}
 			// The end of the values stored when the watch began.
-			out := make([]wire.Host, 0, len(byKey))
+			out := make([]wire.Heartbeat, 0, len(byKey))
 			for _, h := range byKey {
 				out = append(out, h)
 			}
-			slices.SortFunc(out, func(a, b wire.Host) int { return strings.Compare(a.Host, b.Host) })
+			slices.SortFunc(out, func(a, b wire.Heartbeat) int { return strings.Compare(a.Host, b.Host) })
 			return out, nil
 		case <-ctx.Done():
 			return nil, ctx.Err()

@@ -88,7 +88,7 @@ func startGpuq() (*installation, error) {
 	if err != nil {
 		return nil, in.fail(err)
 	}
-	svc, err := scheduler.New(scheduler.Config{Store: natsstore.New(sjs, lkv), Lease: lease, Log: natsbus.NewLog(sjs, n),
+	svc, err := scheduler.New(scheduler.Config{Store: natsstore.New(sjs, lkv), Lease: lease, CommandLog: natsbus.NewCommandLog(sjs, n),
 		Publisher: natsbus.NewPublisher(sjs), Hosts: natsbus.NewHosts(hkv, log), Names: n, Logger: log,
 		DecideInterval: 20 * time.Millisecond})
 	if err != nil {

@@ -112,7 +112,7 @@ func (c *Client) readEntries(ctx context.Context, stream string, cfg jetstream.O
 				continue
 			}
 			seen[id] = true
-			e, err := wire.DecodeEntry(m.Data())
+			e, err := wire.DecodeJournalEntry(m.Data())
 			if err != nil {
 				*bad = append(*bad, fmt.Sprintf("%s message %d (id %q): %v", stream, at, id, err))
 				continue

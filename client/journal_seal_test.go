@@ -51,11 +51,11 @@ func (f *journalFixture) fromSeals() (client.Journal, string) {
 
 // of returns the stored sequences and entries of account's journal, in the
 // order stored.
-func (f *journalFixture) of(account string) ([]uint64, []wire.Entry) {
+func (f *journalFixture) of(account string) ([]uint64, []wire.JournalEntry) {
 	f.t.Helper()
 	seqs, es := f.stored()
 	var s []uint64
-	var e []wire.Entry
+	var e []wire.JournalEntry
 	for i := range es {
 		if es[i].Account == account {
 			s, e = append(s, seqs[i]), append(e, es[i])
@@ -97,36 +97,36 @@ func TestJournalFromSealsFindsTampering(t *testing.T) {
 		name string
 		// tamper changes vision's journal, given its stored sequences
 		// and entries (entry n at index n-1).
-		tamper func(f *journalFixture, seqs []uint64, es []wire.Entry)
+		tamper func(f *journalFixture, seqs []uint64, es []wire.JournalEntry)
 		// want: what the audit from seals says (nil: clean); whole: what
 		// a whole audit says.
 		want, whole []string
 	}{
-		{"changed after the seal", func(f *journalFixture, seqs []uint64, es []wire.Entry) {
+		{"changed after the seal", func(f *journalFixture, seqs []uint64, es []wire.JournalEntry) {
 			e := es[1019]
 			e.Amount, e.Balance = e.Amount+5, e.Balance+5
 			f.put(e, true, "forged")
 			f.remove(seqs[1019])
 		}, []string{"account vision: entry 1020 (command", "was altered", "account vision read whole"},
 			[]string{"account vision: entry 1020 (command", "was altered"}},
-		{"deleted after the seal", func(f *journalFixture, seqs []uint64, es []wire.Entry) {
+		{"deleted after the seal", func(f *journalFixture, seqs []uint64, es []wire.JournalEntry) {
 			f.remove(seqs[1029])
 		}, []string{"account vision: entry 1030 is missing, before entry 1031", "removed"},
 			[]string{"account vision: entry 1030 is missing, before entry 1031", "removed"}},
-		{"the seal deleted", func(f *journalFixture, seqs []uint64, es []wire.Entry) {
+		{"the seal deleted", func(f *journalFixture, seqs []uint64, es []wire.JournalEntry) {
 			f.remove(seqs[ledger.SealEvery])
 		}, []string{"account vision: entry 1001 is missing", "account vision read whole: account vision: no seal read at entry 1001"},
 			[]string{"account vision: entry 1001 is missing"}},
-		{"a seal forged after the seal", func(f *journalFixture, seqs []uint64, es []wire.Entry) {
+		{"a seal forged after the seal", func(f *journalFixture, seqs []uint64, es []wire.JournalEntry) {
 			prev := es[1039]
-			e := wire.Entry{V: 1, Kind: ledger.EntrySeal, Seq: prev.Seq, Time: prev.Time, Account: "vision",
+			e := wire.JournalEntry{V: 1, Kind: ledger.EntrySeal, Seq: prev.Seq, Time: prev.Time, Account: "vision",
 				Balance: prev.Balance + 500, Reserved: prev.Reserved, N: prev.N + 1, Prev: prev.Hash}
 			f.put(e, true, "forged")
 		}, []string{"account vision: entry 1041 (command", "claims position 1041", "inserted"},
 			[]string{"claims position 1041", "inserted"}},
 		// A changed copy is stored now, after the seal: the read from
 		// the seal's time takes it, and the account is read whole.
-		{"changed before the seal", func(f *journalFixture, seqs []uint64, es []wire.Entry) {
+		{"changed before the seal", func(f *journalFixture, seqs []uint64, es []wire.JournalEntry) {
 			e := es[499]
 			e.Amount++
 			f.put(e, false, "forged")
@@ -135,10 +135,10 @@ func TestJournalFromSealsFindsTampering(t *testing.T) {
 			[]string{"account vision: entry 500 (command", "does not match its own hash: altered"}},
 		// An entry removed wholly before the newest seal is not looked
 		// at from the seal; the whole audit finds it.
-		{"deleted before the seal", func(f *journalFixture, seqs []uint64, es []wire.Entry) {
+		{"deleted before the seal", func(f *journalFixture, seqs []uint64, es []wire.JournalEntry) {
 			f.remove(seqs[499])
 		}, nil, []string{"account vision: entry 500 is missing, before entry 501", "removed"}},
-		{"cut before the seal", func(f *journalFixture, seqs []uint64, es []wire.Entry) {
+		{"cut before the seal", func(f *journalFixture, seqs []uint64, es []wire.JournalEntry) {
 			s, err := f.js.Stream(f.ctx, f.n.JournalStream())
 			if err != nil {
 				f.t.Fatal(err)
@@ -147,8 +147,8 @@ func TestJournalFromSealsFindsTampering(t *testing.T) {
 				f.t.Fatal(err)
 			}
 		}, nil, nil},
-		{"an account with no ledger record", func(f *journalFixture, seqs []uint64, es []wire.Entry) {
-			f.put(wire.Entry{V: 1, Kind: ledger.EntryGrant, Seq: 1, Time: es[0].Time, Account: "ghost", OpID: "forged", Amount: 500, Balance: 500, N: 1},
+		{"an account with no ledger record", func(f *journalFixture, seqs []uint64, es []wire.JournalEntry) {
+			f.put(wire.JournalEntry{V: 1, Kind: ledger.EntryGrant, Seq: 1, Time: es[0].Time, Account: "ghost", OpID: "forged", Amount: 500, Balance: 500, N: 1},
 				true, "forged")
 		}, []string{"account ghost has journal entries but no ledger record"}, []string{"account ghost has journal entries but no ledger record"}},
 	}

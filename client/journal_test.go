@@ -106,14 +106,14 @@ func (f *journalFixture) publish(subject string, data []byte, id string) {
 }
 
 // stored returns the journal's messages: stream sequence and entry.
-func (f *journalFixture) stored() ([]uint64, []wire.Entry) {
+func (f *journalFixture) stored() ([]uint64, []wire.JournalEntry) {
 	f.t.Helper()
 	j, err := f.c.Journal(f.ctx, time.Time{})
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	var seqs []uint64
-	var es []wire.Entry
+	var es []wire.JournalEntry
 	for _, e := range j.Chained {
 		seqs = append(seqs, e.Msg)
 		es = append(es, wireEntry(e.Entry))
@@ -121,14 +121,14 @@ func (f *journalFixture) stored() ([]uint64, []wire.Entry) {
 	return seqs, es
 }
 
-func wireEntry(e ledger.Entry) wire.Entry {
-	return wire.Entry{V: 1, Kind: e.Kind, Seq: e.Seq, Time: e.Time, Account: e.Account, Job: e.Job, OpID: e.OpID,
-		Amount: e.Amount, Held: e.Held, Released: e.Released, Balance: e.Balance, Reserved: e.Reserved, Reason: e.Reason,
+func wireEntry(e ledger.Entry) wire.JournalEntry {
+	return wire.JournalEntry{V: 1, Kind: e.Kind, Seq: e.Seq, Time: e.Time, Account: e.Account, Job: e.Job, OpID: e.OpID,
+		Amount: e.Amount, Reservation: e.Reservation, Released: e.Released, Balance: e.Balance, Reserved: e.Reserved, Reason: e.Reason,
 		N: e.N, Prev: e.Prev, Hash: e.Hash}
 }
 
 // put publishes e (re-hashed if rehash) as a new message.
-func (f *journalFixture) put(e wire.Entry, rehash bool, id string) {
+func (f *journalFixture) put(e wire.JournalEntry, rehash bool, id string) {
 	f.t.Helper()
 	if rehash {
 		e.Hash = ledger.EntryHash(e.Ledger())
@@ -168,26 +168,26 @@ func TestJournalAuditNamesTampering(t *testing.T) {
 	const k = 10 // the position tampered with
 	cases := []struct {
 		name   string
-		tamper func(f *journalFixture, seqs []uint64, es []wire.Entry)
+		tamper func(f *journalFixture, seqs []uint64, es []wire.JournalEntry)
 		want   []string
 	}{
-		{"clean", func(*journalFixture, []uint64, []wire.Entry) {}, nil},
-		{"changed", func(f *journalFixture, seqs []uint64, es []wire.Entry) {
+		{"clean", func(*journalFixture, []uint64, []wire.JournalEntry) {}, nil},
+		{"changed", func(f *journalFixture, seqs []uint64, es []wire.JournalEntry) {
 			e := es[k-1]
 			e.Amount, e.Balance = e.Amount+5, e.Balance+5 // and re-hashed, as a forger would
 			f.put(e, true, "forged")
 			f.remove(seqs[k-1])
 		}, []string{fmt.Sprintf("account vision: entry %d (command", k), "was altered"}},
-		{"changed, hash kept", func(f *journalFixture, seqs []uint64, es []wire.Entry) {
+		{"changed, hash kept", func(f *journalFixture, seqs []uint64, es []wire.JournalEntry) {
 			e := es[k-1]
 			e.Amount++
 			f.put(e, false, "forged")
 			f.remove(seqs[k-1])
 		}, []string{fmt.Sprintf("account vision: entry %d (command", k), "does not match its own hash: altered"}},
-		{"deleted", func(f *journalFixture, seqs []uint64, es []wire.Entry) {
+		{"deleted", func(f *journalFixture, seqs []uint64, es []wire.JournalEntry) {
 			f.remove(seqs[k-1])
 		}, []string{fmt.Sprintf("account vision: entry %d is missing, before entry %d (command", k, k+1), "removed"}},
-		{"reordered", func(f *journalFixture, seqs []uint64, es []wire.Entry) {
+		{"reordered", func(f *journalFixture, seqs []uint64, es []wire.JournalEntry) {
 			a, b := es[k-1], es[k]
 			b.N, b.Prev = a.N, a.Prev
 			b.Hash = ledger.EntryHash(b.Ledger())
@@ -197,9 +197,9 @@ func TestJournalAuditNamesTampering(t *testing.T) {
 			f.put(b, false, "moved-b")
 			f.put(a, true, "moved-a")
 		}, []string{fmt.Sprintf("account vision: entry %d (command", k+1), "of a later command: reordered"}},
-		{"inserted", func(f *journalFixture, seqs []uint64, es []wire.Entry) {
+		{"inserted", func(f *journalFixture, seqs []uint64, es []wire.JournalEntry) {
 			prev := es[k-1]
-			e := wire.Entry{V: 1, Kind: ledger.EntryGrant, Seq: prev.Seq, Time: prev.Time, Account: "vision", OpID: "forged",
+			e := wire.JournalEntry{V: 1, Kind: ledger.EntryGrant, Seq: prev.Seq, Time: prev.Time, Account: "vision", OpID: "forged",
 				Amount: 500, Balance: prev.Balance + 500, Reserved: prev.Reserved, N: prev.N + 1, Prev: prev.Hash}
 			f.put(e, true, "forged")
 		}, []string{fmt.Sprintf("account vision: entry %d (command", k+1), fmt.Sprintf("claims position %d", k+1), "inserted"}},

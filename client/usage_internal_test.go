@@ -50,10 +50,10 @@ func TestUsageGroups(t *testing.T) {
 	entries := []ledger.Entry{
 		{Kind: ledger.EntryGrant, Account: "a", Amount: 100, Seq: 0, Time: at("2026-10-31T00:00:00Z")},
 		{Kind: ledger.EntryReserve, Account: "a", Job: "j", Amount: 10, Seq: 1, Time: at("2026-11-01T07:00:00Z")},
-		{Kind: ledger.EntrySettle, Account: "a", Job: "j", Amount: 10, Held: 10, Seq: 5, Time: at("2026-11-01T10:00:00Z")},
+		{Kind: ledger.EntrySettle, Account: "a", Job: "j", Amount: 10, Reservation: 10, Seq: 5, Time: at("2026-11-01T10:00:00Z")},
 		{Kind: ledger.EntrySeal, Account: "a", Balance: 90, Seq: 5, Time: at("2026-11-01T10:00:00Z")},
 		{Kind: ledger.EntryReserve, Account: "a", Job: "j", Amount: 4, Seq: 10, Time: at("2026-11-01T23:00:00Z")},
-		{Kind: ledger.EntrySettle, Account: "a", Job: "j", Amount: 0, Held: 4, Released: 4, Seq: 12, Time: at("2026-11-02T00:30:00Z")},
+		{Kind: ledger.EntrySettle, Account: "a", Job: "j", Amount: 0, Reservation: 4, Released: 4, Seq: 12, Time: at("2026-11-02T00:30:00Z")},
 		{Kind: ledger.EntryRefill, Account: "b", Amount: 7, Seq: 13, Time: at("2026-11-02T01:00:00Z")},
 	}
 	rep := buildUsage(UsageQuery{By: "model"}, 0, entries, []*ledger.Job{again, first})

@@ -80,28 +80,28 @@ func (b *Books) Post(e Entry) error {
 		acct.Reserved += e.Amount
 	case EntrySettle:
 		switch {
-		case job == nil && e.Held <= acct.carried:
+		case job == nil && e.Reservation <= acct.carried:
 			// Reserved before the opening seal: the seal's reserved
 			// credits covered it.
-			acct.carried -= e.Held
-			job = &bookJob{reserved: e.Held}
+			acct.carried -= e.Reservation
+			job = &bookJob{reserved: e.Reservation}
 			b.jobs[key] = job
-			if e.Amount < 0 || e.Amount > e.Held || e.Released != e.Held-e.Amount {
-				bad("job %s is charged %d and released %d of the %d it held", e.Job, e.Amount, e.Released, e.Held)
+			if e.Amount < 0 || e.Amount > e.Reservation || e.Released != e.Reservation-e.Amount {
+				bad("job %s is charged %d and released %d of the %d it held", e.Job, e.Amount, e.Released, e.Reservation)
 			}
 		case job == nil:
 			bad("job %s was never reserved", e.Job)
 		case job.settled:
 			bad("job %s was already settled", e.Job)
-		case job.reserved != e.Held:
-			bad("job %s settles a reservation of %d but reserved %d", e.Job, e.Held, job.reserved)
-		case e.Amount < 0 || e.Amount > e.Held || e.Released != e.Held-e.Amount:
-			bad("job %s is charged %d and released %d of the %d it held", e.Job, e.Amount, e.Released, e.Held)
+		case job.reserved != e.Reservation:
+			bad("job %s settles a reservation of %d but reserved %d", e.Job, e.Reservation, job.reserved)
+		case e.Amount < 0 || e.Amount > e.Reservation || e.Released != e.Reservation-e.Amount:
+			bad("job %s is charged %d and released %d of the %d it held", e.Job, e.Amount, e.Released, e.Reservation)
 		}
 		if job != nil {
 			job.settled = true
 		}
-		acct.Reserved -= e.Held
+		acct.Reserved -= e.Reservation
 		acct.Balance -= e.Amount
 	default:
 		bad("unknown kind")

@@ -32,7 +32,7 @@ func (t *tx) cancel(c Cancel) {
 		t.changedAccount(a)
 		t.end(j, StateCancelled, ReasonCancelled, "cancelled while held")
 	case j.State.OnHost() && j.CancelRequested:
-		t.jobEvent(j.Account, j, JobEvent{Type: EventIgnored, Reason: ReasonAlreadyCancelled,
+		t.jobEvent(j.Account, j, JobEvent{Type: EventIgnored, Reason: ReasonAlreadyCancelling,
 			Message: fmt.Sprintf("a cancel of attempt %d on %s is already on its way", j.Attempt, j.Host)})
 	case j.State.OnHost():
 		j.CancelRequested = true

@@ -142,16 +142,16 @@ const (
 // Entry is one balance movement, published on gpuq.journal.<account>.
 // Balance and Reserved are the account's after the movement.
 type Entry struct {
-	Kind     EntryKind
-	Account  string
-	Job      string // reserve, settle
-	OpID     string // grant
-	Amount   Credits
-	Held     Credits // settle: the reservation being settled
-	Released Credits // settle: Held - Amount
-	Balance  Credits
-	Reserved Credits
-	Reason   Reason // settle: how the job ended ("" for success)
+	Kind        EntryKind
+	Account     string
+	Job         string // reserve, settle
+	OpID        string // grant
+	Amount      Credits
+	Reservation Credits // settle: the reservation being settled
+	Released    Credits // settle: Reservation - Amount
+	Balance     Credits
+	Reserved    Credits
+	Reason      Reason // settle: how the job ended ("" for success)
 	// Where the entry stands in the account's hash chain (see [EntryHash]):
 	// the command it came from and that command's time, its position
 	// (1 for the first), the hash of the entry before it ("" for the

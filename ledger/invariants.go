@@ -60,7 +60,7 @@ func (s *State) CheckInvariants() error {
 			continue
 		}
 		if j.State.Active() {
-			sum.held += j.Held
+			sum.held += j.Reserved
 			if j.Metered && s.Pricing == nil {
 				errs = append(errs, brokenf("metered job %s is %s but there is no price table to charge it by", id, j.State))
 			}
@@ -135,23 +135,23 @@ func (a *Account) check() error {
 func (j *Job) check() error {
 	switch j.State {
 	case StatePending, StateDispatched, StateRunning:
-		if j.Held != j.Cost {
-			return brokenf("%s job holds %d, its cost is %d", j.State, j.Held, j.Cost)
+		if j.Reserved != j.Cost {
+			return brokenf("%s job holds %d, its cost is %d", j.State, j.Reserved, j.Cost)
 		}
 		if j.Charged != 0 {
 			return brokenf("%s job is already charged %d", j.State, j.Charged)
 		}
 	case StateSucceeded:
-		if j.Held != 0 || j.Charged > j.Cost || !j.Metered && j.Charged != j.Cost {
-			return brokenf("succeeded job holds %d and was charged %d of cost %d", j.Held, j.Charged, j.Cost)
+		if j.Reserved != 0 || j.Charged > j.Cost || !j.Metered && j.Charged != j.Cost {
+			return brokenf("succeeded job holds %d and was charged %d of cost %d", j.Reserved, j.Charged, j.Cost)
 		}
 	case StateFailed, StateCancelled:
-		if j.Held != 0 || j.Charged > j.Cost || !j.Metered && j.Charged != 0 {
-			return brokenf("%s job holds %d and was charged %d", j.State, j.Held, j.Charged)
+		if j.Reserved != 0 || j.Charged > j.Cost || !j.Metered && j.Charged != 0 {
+			return brokenf("%s job holds %d and was charged %d", j.State, j.Reserved, j.Charged)
 		}
 	case StateRejected, StateHeld:
-		if j.Held != 0 || j.Charged != 0 || j.Attempt != 0 {
-			return brokenf("%s job holds %d, was charged %d and has attempt %d", j.State, j.Held, j.Charged, j.Attempt)
+		if j.Reserved != 0 || j.Charged != 0 || j.Attempt != 0 {
+			return brokenf("%s job holds %d, was charged %d and has attempt %d", j.State, j.Reserved, j.Charged, j.Attempt)
 		}
 	default:
 		return brokenf("unknown state %q", j.State)

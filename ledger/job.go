@@ -83,8 +83,8 @@ type Job struct {
 	CancelRequested bool     `json:"cancel_requested,omitempty"`
 	Model           string   `json:"model,omitempty"` // GPU model of the current attempt, as its worker reported
 
-	Held    Credits `json:"held"`    // credits held by the reservation now
-	Charged Credits `json:"charged"` // credits charged at settlement
+	Reserved Credits `json:"reserved"` // credits the job's reservation holds now (0 unless pending, dispatched or running)
+	Charged  Credits `json:"charged"`  // credits charged at settlement
 
 	ExitCode  *int   `json:"exit_code,omitempty"`
 	RuntimeMS int64  `json:"runtime_ms,omitempty"`

@@ -43,7 +43,7 @@ type JournalHead struct {
 // canonical encoding of every field of e but Hash, Prev included, so each
 // entry commits to the whole chain before it. The encoding is a version
 // tag, then each field in the order of [Entry] (Kind, Account, Job, OpID,
-// Amount, Held, Released, Balance, Reserved, Reason, Seq, Time, N, Prev):
+// Amount, Reservation, Released, Balance, Reserved, Reason, Seq, Time, N, Prev):
 // strings as a big-endian uint64 length and their bytes, integers as
 // big-endian 64-bit two's complement, the time as its Unix nanoseconds.
 // Readers in other languages can recompute it from the wire fields.
@@ -63,7 +63,7 @@ func EntryHash(e Entry) string {
 	str(e.Account)
 	str(e.Job)
 	str(e.OpID)
-	for _, c := range []Credits{e.Amount, e.Held, e.Released, e.Balance, e.Reserved} {
+	for _, c := range []Credits{e.Amount, e.Reservation, e.Released, e.Balance, e.Reserved} {
 		num(uint64(c))
 	}
 	str(string(e.Reason))
@@ -89,7 +89,7 @@ func (t *tx) chain(a *Account, e *Entry) {
 				before.Reserved -= e.Amount
 			case EntrySettle:
 				before.Balance += e.Amount
-				before.Reserved += e.Held
+				before.Reserved += e.Reservation
 			}
 			t.link(a, &before)
 			t.emit(before)

@@ -52,8 +52,8 @@ func TestRejectWhenUnaffordable(t *testing.T) {
 		t.Errorf("message %q does not give the amounts", ev.Message)
 	}
 	wantMoney(t, l, "a", 10, 2)
-	if j := l.Job("j2"); j.State != ledger.StateRejected || j.Held != 0 {
-		t.Errorf("j2 = %s holding %d, want rejected holding 0", j.State, j.Held)
+	if j := l.Job("j2"); j.State != ledger.StateRejected || j.Reserved != 0 {
+		t.Errorf("j2 = %s holding %d, want rejected holding 0", j.State, j.Reserved)
 	}
 }
 
@@ -219,7 +219,7 @@ func TestRepeatedCancellationOfRunningJob(t *testing.T) {
 	wantMoney(t, l, "a", 10, 6)
 
 	res = l.Apply(ledger.Cancel{Account: "a", Job: "j"})
-	wantEvent(t, res, ledger.EventIgnored, ledger.ReasonAlreadyCancelled)
+	wantEvent(t, res, ledger.EventIgnored, ledger.ReasonAlreadyCancelling)
 	if orders := ledgertest.All[ledger.CancelOrder](res); len(orders) != 0 {
 		t.Errorf("repeated cancel sent %d more orders", len(orders))
 	}
@@ -354,7 +354,7 @@ func TestLostRetriesThenFails(t *testing.T) {
 	wantEvent(t, l.Apply(ledger.Lost{Job: "j", Attempt: 1, Reason: "late"}), ledger.EventIgnored, ledger.ReasonStaleAttempt)
 	res = l.Apply(ledger.Lost{Job: "j", Attempt: 2, Reason: "host gone"})
 	evs := ledgertest.All[ledger.JobEvent](res)
-	if last := evs[len(evs)-1]; last.Type != ledger.EventFailed || last.Reason != ledger.ReasonAttemptsSpent {
+	if last := evs[len(evs)-1]; last.Type != ledger.EventFailed || last.Reason != ledger.ReasonAttemptsExhausted {
 		t.Fatalf("second loss ended with %+v, want failed/attempts_exhausted", last)
 	}
 	wantMoney(t, l, "a", 100, 100) // never charged for lost attempts
@@ -546,7 +546,7 @@ func TestCheckInvariantsFindsMismatch(t *testing.T) {
 	l.Create("a", 10)
 	l.Submit("a", "j", 4, 0)
 	s := l.State.Clone()
-	s.Jobs["j"].Held = 3
+	s.Jobs["j"].Reserved = 3
 	s.Jobs["j"].Cost = 3
 	err := s.CheckInvariants()
 	if !errors.Is(err, ledger.ErrInvariant) || !strings.Contains(err.Error(), "reserves 4 but its unfinished jobs hold 3") {
@@ -576,14 +576,14 @@ func TestBooksCatchDoubleSettlement(t *testing.T) {
 	posts := []ledger.Entry{
 		{Kind: ledger.EntryGrant, Account: "a", Amount: 10, Balance: 10},
 		{Kind: ledger.EntryReserve, Account: "a", Job: "j", Amount: 4, Balance: 10, Reserved: 4},
-		{Kind: ledger.EntrySettle, Account: "a", Job: "j", Amount: 4, Held: 4, Balance: 6, Reserved: 0},
+		{Kind: ledger.EntrySettle, Account: "a", Job: "j", Amount: 4, Reservation: 4, Balance: 6, Reserved: 0},
 	}
 	for _, e := range posts {
 		if err := b.Post(e); err != nil {
 			t.Fatalf("Post(%+v) = %v", e, err)
 		}
 	}
-	err := b.Post(ledger.Entry{Kind: ledger.EntrySettle, Account: "a", Job: "j", Amount: 0, Held: 4, Released: 4, Balance: 6, Reserved: -4})
+	err := b.Post(ledger.Entry{Kind: ledger.EntrySettle, Account: "a", Job: "j", Amount: 0, Reservation: 4, Released: 4, Balance: 6, Reserved: -4})
 	if !errors.Is(err, ledger.ErrAudit) || !strings.Contains(err.Error(), "already settled") {
 		t.Errorf("second settlement: %v", err)
 	}
@@ -629,7 +629,7 @@ func TestInfrastructureFailureRetriesUncharged(t *testing.T) {
 	l.Start("j", "h2")
 	res = l.Apply(ledger.Report{Type: ledger.ReportDone, Host: "h2", Job: "j", Attempt: 2, ExitCode: 137, Infra: "worker drained"})
 	evs := ledgertest.All[ledger.JobEvent](res)
-	if last := evs[len(evs)-1]; last.Type != ledger.EventFailed || last.Reason != ledger.ReasonAttemptsSpent {
+	if last := evs[len(evs)-1]; last.Type != ledger.EventFailed || last.Reason != ledger.ReasonAttemptsExhausted {
 		t.Errorf("second infrastructure failure ended with %+v", last)
 	}
 	wantMoney(t, l, "a", 100, 100)
@@ -665,8 +665,8 @@ func TestHeldJobsAreAdmittedInSubmitOrder(t *testing.T) {
 	wantMoney(t, l, "a", 50, 0)
 	// A grant admits what it pays for at once.
 	l.Apply(ledger.Admin{Account: "a", ID: "g", Op: ledger.OpGrant, Amount: 10})
-	if j := l.Job("small"); j.State != ledger.StatePending || j.Held != 10 {
-		t.Errorf("small after a grant: %s holding %d", j.State, j.Held)
+	if j := l.Job("small"); j.State != ledger.StatePending || j.Reserved != 10 {
+		t.Errorf("small after a grant: %s holding %d", j.State, j.Reserved)
 	}
 	// A held job can be cancelled; it never held anything.
 	hold("later", 500)
@@ -705,7 +705,7 @@ func TestMeteredJobsPayForRuntime(t *testing.T) {
 			e = x
 		}
 	}
-	if e.Kind != ledger.EntrySettle || e.Amount != 19 || e.Held != 1440 || e.Released != 1421 {
+	if e.Kind != ledger.EntrySettle || e.Amount != 19 || e.Reservation != 1440 || e.Released != 1421 {
 		t.Errorf("settle entry = %+v, want charged 19 of 1440 held, 1421 released", e)
 	}
 	if ev := firstJobEvent(t, res); ev.Charged != 19 || !strings.Contains(ev.Message, "2 GPUs × 91s at 360 per GPU-hour = 19") {
@@ -760,7 +760,7 @@ func TestBusyRefusalSpendsNoAttempt(t *testing.T) {
 	// One more busy refusal spends the job's only attempt.
 	res := refuse()
 	evs := ledgertest.All[ledger.JobEvent](res)
-	if last := evs[len(evs)-1]; last.Type != ledger.EventFailed || last.Reason != ledger.ReasonAttemptsSpent {
+	if last := evs[len(evs)-1]; last.Type != ledger.EventFailed || last.Reason != ledger.ReasonAttemptsExhausted {
 		t.Fatalf("busy refusal past the limit ended with %+v, want failed/attempts_exhausted", evs)
 	}
 	j := l.Job("j")

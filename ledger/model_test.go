@@ -274,7 +274,7 @@ func (m *model) cancel(c ledger.Cancel, at time.Time) string {
 		j.state = ledger.StateCancelled
 		return out(ledger.EventCancelled, ledger.ReasonCancelled)
 	case onHost(j.state) && j.cancel:
-		return out(ledger.EventIgnored, ledger.ReasonAlreadyCancelled)
+		return out(ledger.EventIgnored, ledger.ReasonAlreadyCancelling)
 	case onHost(j.state):
 		j.cancel = true
 		m.cancels = append(m.cancels, ledger.CancelOrder{Host: j.host, Job: c.Job, Account: j.terms.Account, Attempt: j.attempt})
@@ -389,7 +389,7 @@ func (m *model) retry(j *mJob, reason ledger.Reason, at time.Time) string {
 		return out(ledger.EventCancelled, ledger.ReasonCancelled)
 	case j.failures >= j.terms.MaxAttempts:
 		m.finish(j, ledger.StateFailed, 0, at)
-		return out(ledger.EventFailed, ledger.ReasonAttemptsSpent)
+		return out(ledger.EventFailed, ledger.ReasonAttemptsExhausted)
 	}
 	return m.requeue(j, reason)
 }
@@ -587,7 +587,7 @@ func (m *model) compare(t *rapid.T, s *ledger.State) {
 			t.Fatalf("job %s missing", id)
 		}
 		got := fmt.Sprintf("%s cost %d attempt %d failures %d busy %d host %q cancel %v held %d charged %d",
-			j.State, j.Cost, j.Attempt, j.Failures, j.BusyRefusals, j.Host, j.CancelRequested, j.Held, j.Charged)
+			j.State, j.Cost, j.Attempt, j.Failures, j.BusyRefusals, j.Host, j.CancelRequested, j.Reserved, j.Charged)
 		exp := fmt.Sprintf("%s cost %d attempt %d failures %d busy %d host %q cancel %v held %d charged %d",
 			want.state, want.terms.Cost, want.attempt, want.failures, want.busy, want.host, want.cancel, want.held, want.charged)
 		if want.state == ledger.StateRejected {

@@ -26,25 +26,25 @@ const (
 // Reasons a well-formed command changed nothing. The command is consumed; the
 // event that says so lets a user or an operator see why.
 const (
-	ReasonDuplicate        Reason = "duplicate"          // the same command was applied before
-	ReasonAlreadyTerminal  Reason = "already_terminal"   // the job has finished
-	ReasonAlreadyCancelled Reason = "already_cancelling" // a cancel is already on its way
-	ReasonStaleAttempt     Reason = "stale_attempt"      // the report or decision is for another attempt
-	ReasonWrongHost        Reason = "wrong_host"         // the report is not from the job's host
-	ReasonBadState         Reason = "bad_state"          // the report makes no sense in the job's state
-	ReasonBadDevices       Reason = "bad_devices"        // started with a device count other than the job's GPUs
-	ReasonNotPending       Reason = "not_pending"        // a dispatch decision for a job that is not pending
-	ReasonMaxRunningJobs   Reason = "max_running_jobs"   // the dispatch would exceed the account's job cap
-	ReasonMaxRunningGPUs   Reason = "max_running_gpus"   // the dispatch would exceed the account's GPU cap
+	ReasonDuplicate         Reason = "duplicate"          // the same command was applied before
+	ReasonAlreadyTerminal   Reason = "already_terminal"   // the job has finished
+	ReasonAlreadyCancelling Reason = "already_cancelling" // a cancel is already on its way
+	ReasonStaleAttempt      Reason = "stale_attempt"      // the report or decision is for another attempt
+	ReasonWrongHost         Reason = "wrong_host"         // the report is not from the job's host
+	ReasonBadState          Reason = "bad_state"          // the report makes no sense in the job's state
+	ReasonBadDevices        Reason = "bad_devices"        // started with a device count other than the job's GPUs
+	ReasonNotPending        Reason = "not_pending"        // a dispatch decision for a job that is not pending
+	ReasonMaxRunningJobs    Reason = "max_running_jobs"   // the dispatch would exceed the account's job cap
+	ReasonMaxRunningGPUs    Reason = "max_running_gpus"   // the dispatch would exceed the account's GPU cap
 )
 
 // Reasons an attempt or a job ended without success.
 const (
-	ReasonExitCode       Reason = "exit_code"       // the command exited non-zero
-	ReasonCancelled      Reason = "cancelled"       // a user cancelled the job
-	ReasonLost           Reason = "lost"            // the attempt's host or process vanished
-	ReasonWorkerRejected Reason = "worker_rejected" // the worker could not start the attempt
-	ReasonHostBusy       Reason = "host_busy"       // the worker found the GPUs it was sent to taken; the attempt is not spent
-	ReasonInfrastructure Reason = "infrastructure"  // the attempt ended through no fault of the job (a GPU error, a drained worker)
-	ReasonAttemptsSpent  Reason = "attempts_exhausted"
+	ReasonExitCode          Reason = "exit_code"       // the command exited non-zero
+	ReasonCancelled         Reason = "cancelled"       // a user cancelled the job
+	ReasonLost              Reason = "lost"            // the attempt's host or process vanished
+	ReasonWorkerRejected    Reason = "worker_rejected" // the worker could not start the attempt
+	ReasonHostBusy          Reason = "host_busy"       // the worker found the GPUs it was sent to taken; the attempt is not spent
+	ReasonInfrastructure    Reason = "infrastructure"  // the attempt ended through no fault of the job (a GPU error, a drained worker)
+	ReasonAttemptsExhausted Reason = "attempts_exhausted"
 )

@@ -215,7 +215,7 @@ func (t *tx) retry(j *Job, reason Reason, msg string) {
 		t.finish(j, StateCancelled, ReasonCancelled, "cancelled; "+msg, 0)
 	case j.Failures >= j.MaxAttempts:
 		t.endAttempt(j, StateFailed, reason, msg, 0)
-		t.finish(j, StateFailed, ReasonAttemptsSpent,
+		t.finish(j, StateFailed, ReasonAttemptsExhausted,
 			fmt.Sprintf("%s; no attempts left (%d of %d failed)", msg, j.Failures, j.MaxAttempts), 0)
 	default:
 		t.endAttempt(j, StatePending, reason, msg, 0)
@@ -266,11 +266,11 @@ func (t *tx) charge(j *Job, runtime time.Duration, pct int) (Credits, string) {
 	if pct == 0 {
 		return 0, ""
 	}
-	full, note := j.Held, ""
+	full, note := j.Reserved, ""
 	if j.Metered {
 		secs := ceilSeconds(runtime)
 		price := t.s.Pricing.Price(j.Model)
-		if c, ok := gpuSecondsCost(j.GPUs, secs, price); ok && c < j.Held {
+		if c, ok := gpuSecondsCost(j.GPUs, secs, price); ok && c < j.Reserved {
 			full = c
 		}
 		note = fmt.Sprintf("; metered: %d GPUs × %ds at %d per GPU-hour = %d", j.GPUs, secs, price, full)
@@ -286,8 +286,8 @@ func (t *tx) charge(j *Job, runtime time.Duration, pct int) (Credits, string) {
 // charged (at most what is held) and releases the rest. It is the only place
 // a job leaves the active states, so no job is settled twice.
 func (t *tx) finish(j *Job, to JobState, reason Reason, msg string, charged Credits) {
-	if !j.State.Active() || !to.Terminal() || charged < 0 || charged > j.Held {
-		panic(fmt.Sprintf("ledger: finish of job %s from %s to %s charging %d of %d", j.ID, j.State, to, charged, j.Held))
+	if !j.State.Active() || !to.Terminal() || charged < 0 || charged > j.Reserved {
+		panic(fmt.Sprintf("ledger: finish of job %s from %s to %s charging %d of %d", j.ID, j.State, to, charged, j.Reserved))
 	}
 	a := t.s.Accounts[j.Account]
 	t.touch(a)
@@ -295,11 +295,11 @@ func (t *tx) finish(j *Job, to JobState, reason Reason, msg string, charged Cred
 		a.RunningJobs--
 		a.RunningGPUs -= j.GPUs
 	}
-	held := j.Held
-	j.Held, j.Charged = 0, charged
+	held := j.Reserved
+	j.Reserved, j.Charged = 0, charged
 	a.Reserved -= held
 	a.Balance -= charged
-	t.journal(a, Entry{Kind: EntrySettle, Job: j.ID, Amount: charged, Held: held, Released: held - charged, Reason: reason})
+	t.journal(a, Entry{Kind: EntrySettle, Job: j.ID, Amount: charged, Reservation: held, Released: held - charged, Reason: reason})
 	t.end(j, to, reason, msg)
 }
 

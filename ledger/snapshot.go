@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 )
@@ -43,6 +44,16 @@ func UnmarshalJob(data []byte) (*Job, error) {
 	var j Job
 	if err := json.Unmarshal(data, &j); err != nil {
 		return nil, fmt.Errorf("decode job: %w", err)
+	}
+	if j.Reserved == 0 && bytes.Contains(data, []byte(`"held"`)) {
+		// Stored before the field was named "reserved".
+		var legacy struct {
+			Held Credits `json:"held"`
+		}
+		if err := json.Unmarshal(data, &legacy); err != nil {
+			return nil, fmt.Errorf("decode job: %w", err)
+		}
+		j.Reserved = legacy.Held
 	}
 	if err := j.check(); err != nil {
 		return nil, fmt.Errorf("decode job %s: %w", j.ID, err)

@@ -94,7 +94,7 @@ func (t *tx) submit(c Submit) {
 
 // reserve holds j's cost on a and queues j.
 func (t *tx) reserve(a *Account, j *Job, msg string) {
-	j.State, j.Held = StatePending, j.Cost
+	j.State, j.Reserved = StatePending, j.Cost
 	a.Reserved += j.Cost // cannot overflow: Cost ≤ Available ≤ Balance - Reserved
 	t.s.Jobs[j.ID] = j
 	t.changedJob(j)

@@ -72,7 +72,7 @@ func TestCapRuleOneVerdict(t *testing.T) {
 
 		// Decide, with room for everything on h: only the caps hold a job
 		// back, and ahead, once decided, counts against them.
-		h := wire.Host{Host: "h"}
+		h := wire.Heartbeat{Host: "h"}
 		for i := range 64 {
 			h.Devices = append(h.Devices, wire.Device{UUID: fmt.Sprintf("h-%d", i), Healthy: true})
 		}
@@ -100,7 +100,7 @@ func TestCapRuleOneVerdict(t *testing.T) {
 		// Explain, on the ledger the fold left, names exactly the caps
 		// the rule names, in its order, and nothing at all when none
 		// applies and no job waits ahead (the next pass dispatches it).
-		bs, err := scheduler.Explain(l.State, []wire.Host{h}, "j", l.Now, scheduler.CoreConfig{})
+		bs, err := scheduler.Explain(l.State, []wire.Heartbeat{h}, "j", l.Now, scheduler.CoreConfig{})
 		if err != nil {
 			rt.Fatal(err)
 		}

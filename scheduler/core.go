@@ -75,7 +75,7 @@ type hostState struct {
 	// places on the host, at most each one's GPUs: those GPUs are already
 	// in used. The rest is stray.
 	covered int
-	info    wire.Host
+	info    wire.Heartbeat
 }
 
 type attemptKey struct {
@@ -321,7 +321,7 @@ func (c *Core) index(j *ledger.Job) {
 // the heartbeat does not list starts its grace period as missing. A device
 // the heartbeat shows held by an attempt, busy with a foreign process or
 // unhealthy is not free, whatever the ledger says runs there.
-func (c *Core) SetHost(h wire.Host, now time.Time) {
+func (c *Core) SetHost(h wire.Heartbeat, now time.Time) {
 	hs := c.hosts[h.Host]
 	if hs == nil {
 		hs = &hostState{name: h.Host}
@@ -374,12 +374,12 @@ func (c *Core) RemoveHost(name string, at time.Time) {
 }
 
 // Hosts returns the live hosts' latest heartbeats, sorted by name.
-func (c *Core) Hosts() []wire.Host {
-	out := make([]wire.Host, 0, len(c.hosts))
+func (c *Core) Hosts() []wire.Heartbeat {
+	out := make([]wire.Heartbeat, 0, len(c.hosts))
 	for _, h := range c.hosts {
 		out = append(out, h.info)
 	}
-	slices.SortFunc(out, func(a, b wire.Host) int { return cmp.Compare(a.Host, b.Host) })
+	slices.SortFunc(out, func(a, b wire.Heartbeat) int { return cmp.Compare(a.Host, b.Host) })
 	return out
 }
 

@@ -35,7 +35,7 @@ func (h *harness) apply(cmd ledger.Command) ledger.Result {
 }
 
 func (h *harness) host(name string, gpus int) {
-	hb := wire.Host{Host: name}
+	hb := wire.Heartbeat{Host: name}
 	for i := range gpus {
 		hb.Devices = append(hb.Devices, wire.Device{UUID: fmt.Sprintf("%s-%d", name, i), Healthy: true})
 	}
@@ -225,7 +225,7 @@ func BenchmarkDecide(b *testing.B) {
 			}
 			core := scheduler.NewCore(scheduler.CoreConfig{})
 			core.Load(s)
-			core.SetHost(wire.Host{Host: "h", Devices: []wire.Device{{UUID: "g", Healthy: true}}}, at)
+			core.SetHost(wire.Heartbeat{Host: "h", Devices: []wire.Device{{UUID: "g", Healthy: true}}}, at)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				cmds := core.Decide(s, at)
@@ -263,7 +263,7 @@ func BenchmarkDecideNoHosts(b *testing.B) {
 	core.Load(s)
 	for i := range running {
 		host := fmt.Sprintf("h%d", i)
-		core.SetHost(wire.Host{Host: host, Devices: []wire.Device{{UUID: "g", Healthy: true}}}, at)
+		core.SetHost(wire.Heartbeat{Host: host, Devices: []wire.Device{{UUID: "g", Healthy: true}}}, at)
 		sub := ledger.Submit{Account: fmt.Sprintf("a%d", i%1000), ID: fmt.Sprintf("r%d", i), GPUs: 1, Cost: 1, Command: []string{"x"}}
 		core.Observe(s, sub, apply(sub))
 		d := ledger.Dispatch{Job: sub.ID, Attempt: 1, Host: host}
@@ -294,7 +294,7 @@ func TestLostWhenMissingFromHeartbeat(t *testing.T) {
 	h.decide()
 	h.apply(ledger.Report{Type: ledger.ReportStarted, Host: "h1", Job: "run", Attempt: 1, Devices: []string{"h1-0"}})
 	beat := func(running ...string) {
-		hb := wire.Host{Host: "h1", Devices: []wire.Device{{UUID: "h1-0", Healthy: true}, {UUID: "h1-1", Healthy: true}}}
+		hb := wire.Heartbeat{Host: "h1", Devices: []wire.Device{{UUID: "h1-0", Healthy: true}, {UUID: "h1-1", Healthy: true}}}
 		for _, j := range running {
 			hb.Running = append(hb.Running, wire.Running{Job: j, Attempt: 1})
 		}
@@ -328,8 +328,8 @@ func TestLostWhenMissingFromHeartbeat(t *testing.T) {
 // beat is a heartbeat of host running attempt 1 of job running, whose
 // devices h-0, h-1, … are held by attempt 1 of the jobs named in holders
 // ("" for a free one).
-func beat(host, running string, holders ...string) wire.Host {
-	hb := wire.Host{Host: host, Running: []wire.Running{{Job: running, Attempt: 1}}}
+func beat(host, running string, holders ...string) wire.Heartbeat {
+	hb := wire.Heartbeat{Host: host, Running: []wire.Running{{Job: running, Attempt: 1}}}
 	for i, job := range holders {
 		d := wire.Device{UUID: fmt.Sprintf("%s-%d", host, i), Healthy: true, Job: job}
 		if job != "" {

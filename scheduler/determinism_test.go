@@ -35,7 +35,7 @@ import (
 // the time of the decision round, and the core's configuration.
 type detCase struct {
 	state *ledger.State
-	hosts []wire.Host
+	hosts []wire.Heartbeat
 	now   time.Time
 	cfg   scheduler.CoreConfig
 }
@@ -46,7 +46,7 @@ type detOutput struct {
 	Shadows   [2]map[string]scheduler.Shadow
 	Wake      [2]time.Time
 	Explain   []string // per waiting job, in id order: its blockers or its error
-	Hosts     []wire.Host
+	Hosts     []wire.Heartbeat
 	// Shares are the accounts' fair shares, in id order, to the last bit:
 	// a float sum taken in map order differs there first.
 	Shares []float64
@@ -140,9 +140,9 @@ func genDetCase(rt *rapid.T) detCase {
 	}
 	// Heartbeats as the workers would send them: every device of a
 	// started attempt held by it, a device now and then unhealthy.
-	var hosts []wire.Host
+	var hosts []wire.Heartbeat
 	for _, name := range hostNames {
-		hb := wire.Host{Host: name}
+		hb := wire.Heartbeat{Host: name}
 		for d := range hostGPUs[name] {
 			hb.Devices = append(hb.Devices, wire.Device{UUID: fmt.Sprintf("%s-%d", name, d), Healthy: rapid.IntRange(0, 15).Draw(rt, "sick") != 0})
 		}

@@ -12,7 +12,7 @@
 // [Service] is the process around it: it contends for the leader lease
 // and, while it holds it, folds every command into a [ledger.State], persists
 // the changed records, sends the effects, moves the checkpoint, and
-// publishes the core's decisions. Its seams ([Store], [Lease], [Log],
+// publishes the core's decisions. Its seams ([Store], [Lease], [CommandLog],
 // [Publisher], [HostWatcher]) are implemented over JetStream by
 // internal/natsstore and internal/natsbus; this package imports no NATS.
 // What it measures goes to [Metrics], from the service's own goroutine

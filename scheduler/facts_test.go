@@ -54,7 +54,7 @@ func TestWaitingAgreesWithExplain(t *testing.T) {
 			h.l.Create("a", 100)
 			h.l.Create("b", 100)
 			h.apply(ledger.Admin{Account: "b", ID: "cap", Op: ledger.OpLimits, Limits: ledger.Limits{MaxRunningJobs: 1}})
-			hb := wire.Host{Host: "h"}
+			hb := wire.Heartbeat{Host: "h"}
 			for i := range 4 {
 				hb.Devices = append(hb.Devices, wire.Device{UUID: "g" + string(rune('0'+i)), Healthy: true})
 			}
@@ -76,7 +76,7 @@ func TestWaitingAgreesWithExplain(t *testing.T) {
 			got := map[string][]string{}
 			for _, w := range ws {
 				got[w.Job] = kindsOf(w.Blockers)
-				want, err := scheduler.Explain(h.l.State, []wire.Host{hb}, w.Job, h.l.Now, tc.cfg)
+				want, err := scheduler.Explain(h.l.State, []wire.Heartbeat{hb}, w.Job, h.l.Now, tc.cfg)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -143,7 +143,7 @@ func BenchmarkWaiting(b *testing.B) {
 	}
 	core.Load(l.State)
 	for h := range 100 {
-		hb := wire.Host{Host: fmt.Sprintf("h%03d", h)}
+		hb := wire.Heartbeat{Host: fmt.Sprintf("h%03d", h)}
 		for i := range 8 {
 			hb.Devices = append(hb.Devices, wire.Device{UUID: fmt.Sprintf("h%03d-%d", h, i), Healthy: true})
 		}

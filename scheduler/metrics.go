@@ -126,7 +126,7 @@ type Stats struct {
 	Jobs []JobCount
 	// Hosts are the live hosts' latest heartbeats, sorted by name. Each
 	// is a copy the receiver may keep.
-	Hosts []wire.Host
+	Hosts []wire.Heartbeat
 }
 
 // JobCount is how many jobs of an account are in a state.
@@ -169,7 +169,7 @@ func (s *Service) standing(st Standing) {
 
 // observe measures one folded entry: its outcome, the credits its journal
 // entries moved, and the jobs it started or ended.
-func (t *term) observe(e Entry, cmd ledger.Command, res ledger.Result, began time.Time) {
+func (t *term) observe(e LogEntry, cmd ledger.Command, res ledger.Result, began time.Time) {
 	t.m.stored = max(t.m.stored, e.Seq+e.Pending)
 	m := t.s.cfg.Metrics
 	if m == nil {
@@ -358,7 +358,7 @@ func countJobs(s *ledger.State) []JobCount {
 }
 
 // cloneHosts copies hs deeply enough that the receiver may keep it.
-func cloneHosts(hs []wire.Host) []wire.Host {
+func cloneHosts(hs []wire.Heartbeat) []wire.Heartbeat {
 	for i := range hs {
 		hs[i].Devices = slices.Clone(hs[i].Devices)
 		hs[i].Running = slices.Clone(hs[i].Running)

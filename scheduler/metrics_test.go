@@ -76,24 +76,24 @@ func (r *recorder) snapshot() (fold []string, p scheduler.Progress) {
 	return slices.Clone(r.folded), r.progress
 }
 
-func entry(t *testing.T, seq, pending uint64, c ledger.Command) scheduler.Entry {
+func entry(t *testing.T, seq, pending uint64, c ledger.Command) scheduler.LogEntry {
 	t.Helper()
 	m, err := wire.EncodeCommand(subjects.Default, c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return scheduler.Entry{Seq: seq, Time: time.Now(), Subject: m.Subject, Data: m.Data, Pending: pending}
+	return scheduler.LogEntry{Seq: seq, Time: time.Now(), Subject: m.Subject, Data: m.Data, Pending: pending}
 }
 
 func TestServiceReportsMetrics(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		entries := []scheduler.Entry{
+		entries := []scheduler.LogEntry{
 			entry(t, 1, 2, ledger.Admin{Account: "vision", ID: "op-1", Op: ledger.OpCreate, Balance: 100}),
 			entry(t, 2, 1, ledger.Submit{Account: "vision", ID: "j1", GPUs: 1, Cost: 30, Command: []string{"true"}, Walltime: time.Hour}),
 			entry(t, 3, 0, ledger.Submit{Account: "nobody", ID: "j2", GPUs: 1, Cost: 30, Command: []string{"true"}, Walltime: time.Hour}),
 		}
-		log := &fakeLog{entries: func(_ int, after uint64) []scheduler.Entry {
-			var out []scheduler.Entry
+		log := &fakeLog{entries: func(_ int, after uint64) []scheduler.LogEntry {
+			var out []scheduler.LogEntry
 			for _, e := range entries {
 				if e.Seq > after {
 					out = append(out, e)
@@ -101,11 +101,11 @@ func TestServiceReportsMetrics(t *testing.T) {
 			}
 			return out
 		}}
-		hosts := fakeHosts{hosts: []wire.Host{{Host: "h1", Time: time.Now(), TTL: "1h",
+		hosts := fakeHosts{hosts: []wire.Heartbeat{{Host: "h1", Time: time.Now(), TTL: "1h",
 			Devices: []wire.Device{{UUID: "GPU-a", Healthy: true}, {UUID: "GPU-b", Healthy: true}}}}}
 		rec := &recorder{credits: map[scheduler.CreditMove]ledger.Credits{}, decided: map[string]int{}}
 		svc, err := scheduler.New(scheduler.Config{Store: &fakeStore{}, Lease: &fakeLease{script: []error{errTimeout, errHeld}},
-			Log: log, Publisher: &fakePublisher{}, Hosts: hosts, Metrics: rec})
+			CommandLog: log, Publisher: &fakePublisher{}, Hosts: hosts, Metrics: rec})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -203,15 +203,15 @@ func (s *conflictStore) Write(context.Context, []scheduler.Record) error {
 // failed flush and a conflict; the term ends, and the next one leads again.
 func TestServiceCountsConflicts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		entries := []scheduler.Entry{entry(t, 1, 0, ledger.Admin{Account: "vision", ID: "op-1", Op: ledger.OpCreate, Balance: 100})}
-		log := &fakeLog{entries: func(_ int, after uint64) []scheduler.Entry {
+		entries := []scheduler.LogEntry{entry(t, 1, 0, ledger.Admin{Account: "vision", ID: "op-1", Op: ledger.OpCreate, Balance: 100})}
+		log := &fakeLog{entries: func(_ int, after uint64) []scheduler.LogEntry {
 			if after >= 1 {
 				return nil
 			}
 			return entries
 		}}
 		rec := &recorder{credits: map[scheduler.CreditMove]ledger.Credits{}, decided: map[string]int{}}
-		svc, err := scheduler.New(scheduler.Config{Store: &conflictStore{}, Lease: &fakeLease{}, Log: log, Publisher: &fakePublisher{},
+		svc, err := scheduler.New(scheduler.Config{Store: &conflictStore{}, Lease: &fakeLease{}, CommandLog: log, Publisher: &fakePublisher{},
 			Hosts: fakeHosts{}, Metrics: rec, StepDownWait: 100 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)

@@ -57,7 +57,7 @@ func TestHeldGPUsAreNotFree(t *testing.T) {
 	// the heartbeat also names an attempt on them.
 	h2 := newHarness(t, scheduler.CoreConfig{})
 	h2.l.Create("a", 100)
-	hb := wire.Host{Host: "g", Devices: []wire.Device{
+	hb := wire.Heartbeat{Host: "g", Devices: []wire.Device{
 		{UUID: "g-0", Healthy: true, Busy: true, Job: "old", Attempt: 1},
 		{UUID: "g-1", Healthy: false, Job: "old", Attempt: 1},
 		{UUID: "g-2", Healthy: true},
@@ -308,7 +308,7 @@ func TestDecideIsDeterministic(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, scheduler.CoreConfig{})
 	h.l.Create("a", 1000)
-	var beats []wire.Host
+	var beats []wire.Heartbeat
 	for i := range 6 {
 		name := fmt.Sprintf("h%d", i)
 		h.host(name, 4)

@@ -22,7 +22,7 @@ import (
 func TestQuietAccountsStayAuditable(t *testing.T) {
 	l := ledgertest.NewLog(t)
 	core := scheduler.NewCore(scheduler.CoreConfig{JobRetention: 24 * time.Hour})
-	host := wire.Host{Host: "h1"}
+	host := wire.Heartbeat{Host: "h1"}
 	for i := range 8 {
 		host.Devices = append(host.Devices, wire.Device{UUID: fmt.Sprintf("GPU-h1-%d", i), Healthy: true})
 	}

@@ -23,11 +23,11 @@ var ErrStopped = errors.New("scheduler: stopped by a test hook")
 // Config configures a [Service]. Store, Lease, Log, Publisher and Hosts are
 // required; every other field's zero value means its default.
 type Config struct {
-	Store     Store
-	Lease     Lease
-	Log       Log
-	Publisher Publisher
-	Hosts     HostWatcher
+	Store      Store
+	Lease      Lease
+	CommandLog CommandLog
+	Publisher  Publisher
+	Hosts      HostWatcher
 
 	// Names are the installation's subject names. Defaults to
 	// subjects.Default.
@@ -110,7 +110,7 @@ func (c *Config) validate() error {
 		return errors.New("scheduler: Config.Store is required")
 	case c.Lease == nil:
 		return errors.New("scheduler: Config.Lease is required")
-	case c.Log == nil:
+	case c.CommandLog == nil:
 		return errors.New("scheduler: Config.Log is required")
 	case c.Publisher == nil:
 		return errors.New("scheduler: Config.Publisher is required")
@@ -473,7 +473,7 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 
 	tctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	fol, err := s.cfg.Log.Follow(tctx, view.Checkpoint)
+	fol, err := s.cfg.CommandLog.Follow(tctx, view.Checkpoint)
 	if err != nil {
 		return fmt.Errorf("follow the command log: %w", err)
 	}
@@ -566,7 +566,7 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 }
 
 // fold applies one log entry to the term's state.
-func (t *term) fold(e Entry) error {
+func (t *term) fold(e LogEntry) error {
 	if e.Seq != t.applied+1 {
 		return &logGap{after: t.applied, next: e.Seq}
 	}
@@ -816,7 +816,7 @@ func (t *term) trim(ctx context.Context, now time.Time) {
 	if cut < 0 {
 		return
 	}
-	if err := t.s.cfg.Log.Trim(ctx, t.samples[cut].seq); err != nil {
+	if err := t.s.cfg.CommandLog.Trim(ctx, t.samples[cut].seq); err != nil {
 		t.trimming.failed(t.s.log, "cannot trim the command log; trying again later", slog.Any("err", err))
 		return
 	}

@@ -103,20 +103,20 @@ func (s *fakeStore) Refuse(context.Context, uint64, string) error    { return ni
 type fakeLog struct {
 	mu      sync.Mutex
 	terms   int
-	entries func(term int, after uint64) []scheduler.Entry
+	entries func(term int, after uint64) []scheduler.LogEntry
 }
 
-type fakeFollower struct{ c chan scheduler.Entry }
+type fakeFollower struct{ c chan scheduler.LogEntry }
 
-func (f *fakeFollower) C() <-chan scheduler.Entry { return f.c }
-func (f *fakeFollower) Err() error                { return nil }
-func (f *fakeFollower) Stop()                     {}
+func (f *fakeFollower) C() <-chan scheduler.LogEntry { return f.c }
+func (f *fakeFollower) Err() error                   { return nil }
+func (f *fakeFollower) Stop()                        {}
 
 func (l *fakeLog) Follow(_ context.Context, after uint64) (scheduler.Follower, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.terms++
-	f := &fakeFollower{c: make(chan scheduler.Entry, 16)}
+	f := &fakeFollower{c: make(chan scheduler.LogEntry, 16)}
 	if l.entries != nil {
 		for _, e := range l.entries(l.terms, after) {
 			f.c <- e
@@ -153,7 +153,7 @@ func (p *fakePublisher) Publish(_ context.Context, msgs []wire.Message) (int, er
 }
 
 // fakeHosts reports the given heartbeats and then nothing until ctx ends.
-type fakeHosts struct{ hosts []wire.Host }
+type fakeHosts struct{ hosts []wire.Heartbeat }
 
 func (h fakeHosts) Watch(ctx context.Context) (<-chan scheduler.HostUpdate, error) {
 	c := make(chan scheduler.HostUpdate, len(h.hosts))
@@ -228,7 +228,7 @@ func runService(t *testing.T, s *service) {
 	}
 	s.logs = &logRecords{}
 	s.leads, s.done = make(chan struct{}, 100), make(chan error, 1)
-	svc, err := scheduler.New(scheduler.Config{Store: s.store, Lease: s.lease, Log: s.log, Publisher: s.pub, Hosts: s.hosts,
+	svc, err := scheduler.New(scheduler.Config{Store: s.store, Lease: s.lease, CommandLog: s.log, Publisher: s.pub, Hosts: s.hosts,
 		Logger: slog.New(s.logs), StepDownWait: 100 * time.Millisecond,
 		Hooks: scheduler.Hooks{Leading: func() { s.leads <- struct{}{} }}})
 	if err != nil {
@@ -384,11 +384,11 @@ func TestFailedTermsStepDownAndContendAgain(t *testing.T) {
 // log whole; a gap found at the same place term after term ends Run with
 // ErrLogGap, and the log says which entries are missing.
 func TestLogGap(t *testing.T) {
-	gapEntry := func(after uint64) []scheduler.Entry {
-		return []scheduler.Entry{{Seq: after + 3, Time: time.Now(), Subject: "gpuq.cmd.sched.admit", Data: []byte("{}")}}
+	gapEntry := func(after uint64) []scheduler.LogEntry {
+		return []scheduler.LogEntry{{Seq: after + 3, Time: time.Now(), Subject: "gpuq.cmd.sched.admit", Data: []byte("{}")}}
 	}
 	synctest.Test(t, func(t *testing.T) {
-		once := &fakeLog{entries: func(term int, after uint64) []scheduler.Entry {
+		once := &fakeLog{entries: func(term int, after uint64) []scheduler.LogEntry {
 			if term == 1 {
 				return gapEntry(after)
 			}
@@ -405,7 +405,7 @@ func TestLogGap(t *testing.T) {
 		}
 	})
 	synctest.Test(t, func(t *testing.T) {
-		s := &service{log: &fakeLog{entries: func(int, uint64) []scheduler.Entry { return gapEntry(0) }}}
+		s := &service{log: &fakeLog{entries: func(int, uint64) []scheduler.LogEntry { return gapEntry(0) }}}
 		runService(t, s)
 		err := s.returned(t)
 		if !errors.Is(err, scheduler.ErrLogGap) || !strings.Contains(err.Error(), "entries 1 to 2 are missing") {
@@ -429,7 +429,7 @@ func pendingJobView() *scheduler.View {
 	return &scheduler.View{State: st, Checkpoint: 2}
 }
 
-var oneGPU = fakeHosts{hosts: []wire.Host{{Host: "h", Devices: []wire.Device{{UUID: "g", Healthy: true}}}}}
+var oneGPU = fakeHosts{hosts: []wire.Heartbeat{{Host: "h", Devices: []wire.Device{{UUID: "g", Healthy: true}}}}}
 
 // TestPublishFailuresAreLoggedOnce: a leader whose decisions cannot be
 // published keeps deciding, and says so once, and once when it can again.

@@ -451,7 +451,7 @@ func (r *longRun) takeover(days int) {
 	twin := scheduler.NewCore(r.cfg)
 	for _, name := range slices.Sorted(maps.Keys(r.hosts)) {
 		h := r.hosts[name]
-		hb := wire.Host{Host: name, Simulated: true}
+		hb := wire.Heartbeat{Host: name, Simulated: true}
 		for i := range h.gpus {
 			hb.Devices = append(hb.Devices, wire.Device{UUID: fmt.Sprintf("%s-gpu%d", name, i), Model: h.model, Healthy: true})
 		}

@@ -126,7 +126,7 @@ func (s *sim) now() time.Time { return s.l.Now }
 
 func (s *sim) host(name, model string, gpus int) {
 	h := &simHost{name: name, model: model, gpus: gpus}
-	hb := wire.Host{Host: name, Simulated: true}
+	hb := wire.Heartbeat{Host: name, Simulated: true}
 	for i := range gpus {
 		id := fmt.Sprintf("%s-gpu%d", name, i)
 		h.free = append(h.free, id)
@@ -616,7 +616,7 @@ func TestSimRetriesFollowThePolicy(t *testing.T) {
 		t.Errorf("third-time: %s charged %d", j.State, j.Charged)
 	}
 	g := s.l.Job("gives-up")
-	if g.State != ledger.StateFailed || g.Reason != ledger.ReasonAttemptsSpent || len(g.Attempts) != 2 || g.Charged != 0 {
+	if g.State != ledger.StateFailed || g.Reason != ledger.ReasonAttemptsExhausted || len(g.Attempts) != 2 || g.Charged != 0 {
 		t.Errorf("gives-up: %s %s, %d attempts, charged %d", g.State, g.Reason, len(g.Attempts), g.Charged)
 	}
 	if a := s.l.Account("a"); a.Balance != 900 || a.Reserved != 0 {

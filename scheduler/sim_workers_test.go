@@ -68,7 +68,7 @@ func lateWorkersRun(t *testing.T, seed uint64, d time.Duration) (*sim, int) {
 	}
 	refusals, staleStarts, staleCancelled := 0, 0, 0
 	heartbeat := func(w *lateWorker) {
-		hb := wire.Host{Host: w.name}
+		hb := wire.Heartbeat{Host: w.name}
 		for d, at := range w.holder {
 			hb.Devices = append(hb.Devices, wire.Device{UUID: fmt.Sprintf("%s-%d", w.name, d), Healthy: true, Job: at.job, Attempt: at.attempt})
 		}

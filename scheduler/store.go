@@ -134,8 +134,8 @@ type Lease interface {
 	TTL() time.Duration
 }
 
-// Entry is one entry of the command log.
-type Entry struct {
+// LogEntry is one entry of the command log.
+type LogEntry struct {
 	Seq     uint64
 	Time    time.Time // the server's timestamp: the command's time in the fold
 	Subject string
@@ -143,8 +143,8 @@ type Entry struct {
 	Pending uint64 // entries after this one when it was delivered
 }
 
-// Log is the command log.
-type Log interface {
+// CommandLog is the command log.
+type CommandLog interface {
 	// Follow delivers every entry after seq, in order, on the returned
 	// channel until ctx ends or the follower stops. If the log fails, the
 	// follower stops and Err says why; the channel may stay open (entries
@@ -156,7 +156,7 @@ type Log interface {
 
 // Follower is a running read of the log.
 type Follower interface {
-	C() <-chan Entry
+	C() <-chan LogEntry
 	Err() error
 	Stop()
 }
@@ -173,7 +173,7 @@ type Publisher interface {
 // the host's key expired or was deleted.
 type HostUpdate struct {
 	Name string
-	Host *wire.Host
+	Host *wire.Heartbeat
 }
 
 // HostWatcher reports host heartbeats: first every current one, then changes.

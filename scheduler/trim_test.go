@@ -31,23 +31,23 @@ type growingLog struct {
 }
 
 // entry is the log's entry seq, written at start + seq × step.
-func (l *growingLog) entry(seq uint64) (scheduler.Entry, error) {
+func (l *growingLog) entry(seq uint64) (scheduler.LogEntry, error) {
 	msg, err := wire.EncodeAdmin(subjects.Default, ledger.Admin{Account: fmt.Sprintf("a%06d", seq), ID: fmt.Sprintf("create-%d", seq), Op: ledger.OpCreate, Balance: 10})
 	if err != nil {
-		return scheduler.Entry{}, err
+		return scheduler.LogEntry{}, err
 	}
-	return scheduler.Entry{Seq: seq, Time: l.start.Add(time.Duration(seq) * l.step), Subject: msg.Subject, Data: msg.Data}, nil
+	return scheduler.LogEntry{Seq: seq, Time: l.start.Add(time.Duration(seq) * l.step), Subject: msg.Subject, Data: msg.Data}, nil
 }
 
 type growingFollower struct {
-	c    chan scheduler.Entry
+	c    chan scheduler.LogEntry
 	stop chan struct{}
 	once sync.Once
 }
 
-func (f *growingFollower) C() <-chan scheduler.Entry { return f.c }
-func (f *growingFollower) Err() error                { return nil }
-func (f *growingFollower) Stop()                     { f.once.Do(func() { close(f.stop) }) }
+func (f *growingFollower) C() <-chan scheduler.LogEntry { return f.c }
+func (f *growingFollower) Err() error                   { return nil }
+func (f *growingFollower) Stop()                        { f.once.Do(func() { close(f.stop) }) }
 
 func (l *growingLog) Follow(ctx context.Context, after uint64) (scheduler.Follower, error) {
 	l.mu.Lock()
@@ -55,7 +55,7 @@ func (l *growingLog) Follow(ctx context.Context, after uint64) (scheduler.Follow
 	if after < l.trimmed {
 		return nil, fmt.Errorf("follow after %d: entries up to %d were trimmed", after, l.trimmed)
 	}
-	f := &growingFollower{c: make(chan scheduler.Entry, 16), stop: make(chan struct{})}
+	f := &growingFollower{c: make(chan scheduler.LogEntry, 16), stop: make(chan struct{})}
 	go func() {
 		for seq := after + 1; ; seq++ {
 			e, err := l.entry(seq)
@@ -170,7 +170,7 @@ func TestTrimStaysBehindTheCheckpoint(t *testing.T) {
 		store := &checkpointStore{log: l, failEvery: 90}
 		l.store = store
 		logs := &logRecords{}
-		svc, err := scheduler.New(scheduler.Config{Store: store, Lease: &fakeLease{}, Log: l, Publisher: &fakePublisher{}, Hosts: fakeHosts{},
+		svc, err := scheduler.New(scheduler.Config{Store: store, Lease: &fakeLease{}, CommandLog: l, Publisher: &fakePublisher{}, Hosts: fakeHosts{},
 			Logger: slog.New(logs), StepDownWait: 100 * time.Millisecond, RetainApplied: 10 * time.Minute})
 		if err != nil {
 			t.Fatal(err)

@@ -36,7 +36,7 @@ type Blocker struct {
 // It applies the rules Decide does, and reports all that apply, not just
 // the first. An empty list means nothing holds the job back: the next
 // decision round will dispatch it.
-func Explain(s *ledger.State, hosts []wire.Host, id string, now time.Time, cfg CoreConfig) ([]Blocker, error) {
+func Explain(s *ledger.State, hosts []wire.Heartbeat, id string, now time.Time, cfg CoreConfig) ([]Blocker, error) {
 	j := s.Jobs[id]
 	if j == nil {
 		return nil, fmt.Errorf("no job %s", id)
@@ -69,7 +69,7 @@ func Explain(s *ledger.State, hosts []wire.Host, id string, now time.Time, cfg C
 			used[o.Host] += o.GPUs
 		}
 	}
-	byName := slices.SortedFunc(slices.Values(hosts), func(a, b wire.Host) int { return cmp.Compare(a.Host, b.Host) })
+	byName := slices.SortedFunc(slices.Values(hosts), func(a, b wire.Heartbeat) int { return cmp.Compare(a.Host, b.Host) })
 	largest, mostFree, freest, strayed := 0, 0, "", ""
 	var backedOff []string // hosts with room for the job, backed off
 	roomNow := false       // some host with room is not backed off

@@ -27,7 +27,7 @@ func TestExplain(t *testing.T) {
 	h := newHarness(t, scheduler.CoreConfig{})
 	h.l.Create("a", 100)
 	h.submit("a", "j", 2, 0)
-	kinds := func(hosts []wire.Host) map[string]string {
+	kinds := func(hosts []wire.Heartbeat) map[string]string {
 		t.Helper()
 		bs, err := scheduler.Explain(h.l.State, hosts, "j", h.l.Now, scheduler.CoreConfig{})
 		if err != nil {
@@ -38,13 +38,13 @@ func TestExplain(t *testing.T) {
 	if got := kinds(nil); len(got) != 1 || got["no_hosts"] == "" {
 		t.Errorf("no hosts: %v", got)
 	}
-	one := wire.Host{Host: "h", Devices: []wire.Device{{UUID: "g0", Healthy: true}}}
-	if got := kinds([]wire.Host{one}); !strings.Contains(got["too_wide"], "needs 2 GPUs; the largest live host has 1") {
+	one := wire.Heartbeat{Host: "h", Devices: []wire.Device{{UUID: "g0", Healthy: true}}}
+	if got := kinds([]wire.Heartbeat{one}); !strings.Contains(got["too_wide"], "needs 2 GPUs; the largest live host has 1") {
 		t.Errorf("too wide: %v", got)
 	}
 	// A worker refused the first attempt: the job waits out its retry
 	// delay, behind an older job, on a host with no room, capped too.
-	two := wire.Host{Host: "h", Devices: []wire.Device{{UUID: "g0", Healthy: true}, {UUID: "g1", Healthy: true}}}
+	two := wire.Heartbeat{Host: "h", Devices: []wire.Device{{UUID: "g0", Healthy: true}, {UUID: "g1", Healthy: true}}}
 	h.host("h", 2)
 	h.decide()
 	h.apply(ledger.Report{Type: ledger.ReportRejected, Host: "h", Job: "j", Attempt: 1, Reason: "GPU busy"})
@@ -53,7 +53,7 @@ func TestExplain(t *testing.T) {
 	h.decide() // older takes both GPUs
 	h.apply(ledger.Admin{Account: "a", ID: "cap", Op: ledger.OpLimits, Limits: ledger.Limits{MaxRunningJobs: 1, MaxRunningGPUs: 3}})
 	h.submit("a", "vip", 1, 9)
-	got := kinds([]wire.Host{two})
+	got := kinds([]wire.Heartbeat{two})
 	for kind, says := range map[string]string{
 		"backoff":          "attempt 2 waits out its retry delay",
 		"max_running_jobs": "already runs 1 jobs",
@@ -66,7 +66,7 @@ func TestExplain(t *testing.T) {
 		}
 	}
 	h.l.Advance(time.Hour)
-	if _, ok := kinds([]wire.Host{two})["backoff"]; ok {
+	if _, ok := kinds([]wire.Heartbeat{two})["backoff"]; ok {
 		t.Error("the retry delay is still reported after it ended")
 	}
 	if _, err := scheduler.Explain(h.l.State, nil, "older", h.l.Now, scheduler.CoreConfig{}); err == nil || !strings.Contains(err.Error(), "is dispatched") {
@@ -115,7 +115,7 @@ func TestExplainBackfill(t *testing.T) {
 	stale := hosts[0]
 	stale.Devices = slices.Clone(stale.Devices)
 	stale.Devices[3].Job, stale.Devices[3].Attempt = "ended", 1
-	hosts = []wire.Host{stale}
+	hosts = []wire.Heartbeat{stale}
 	if got := explain("long")["backfill_blocked"]; !strings.Contains(got, "job wide has GPUs reserved on h") {
 		t.Errorf("long, with a stray GPU in the heartbeat: backfill_blocked = %q", got)
 	}

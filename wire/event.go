@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,21 +66,21 @@ type InvalidEvent struct {
 	Message string           `json:"message"`
 }
 
-// Entry is the body of gpuq.journal.<account>: one balance movement.
-type Entry struct {
-	V        int              `json:"v"`
-	Kind     ledger.EntryKind `json:"kind"`
-	Seq      uint64           `json:"seq"`
-	Time     time.Time        `json:"time"`
-	Account  string           `json:"account"`
-	Job      string           `json:"job,omitempty"`
-	OpID     string           `json:"op_id,omitempty"`
-	Amount   ledger.Credits   `json:"amount"`
-	Held     ledger.Credits   `json:"held,omitempty"`     // settle: the reservation settled
-	Released ledger.Credits   `json:"released,omitempty"` // settle: held - amount
-	Balance  ledger.Credits   `json:"balance"`
-	Reserved ledger.Credits   `json:"reserved"`
-	Reason   ledger.Reason    `json:"reason,omitempty"`
+// JournalEntry is the body of gpuq.journal.<account>: one balance movement.
+type JournalEntry struct {
+	V           int              `json:"v"`
+	Kind        ledger.EntryKind `json:"kind"`
+	Seq         uint64           `json:"seq"`
+	Time        time.Time        `json:"time"`
+	Account     string           `json:"account"`
+	Job         string           `json:"job,omitempty"`
+	OpID        string           `json:"op_id,omitempty"`
+	Amount      ledger.Credits   `json:"amount"`
+	Reservation ledger.Credits   `json:"reservation,omitempty"` // settle: the reservation settled
+	Released    ledger.Credits   `json:"released,omitempty"`    // settle: reservation - amount
+	Balance     ledger.Credits   `json:"balance"`
+	Reserved    ledger.Credits   `json:"reserved"`
+	Reason      ledger.Reason    `json:"reason,omitempty"`
 	// The entry's place in the account's hash chain (see
 	// [ledger.EntryHash]): its position from 1, the hash of the entry
 	// before it and its own. Absent from entries of versions before the
@@ -90,9 +91,9 @@ type Entry struct {
 }
 
 // Ledger returns the journal entry as the ledger's own type.
-func (e Entry) Ledger() ledger.Entry {
+func (e JournalEntry) Ledger() ledger.Entry {
 	return ledger.Entry{Kind: e.Kind, Account: e.Account, Job: e.Job, OpID: e.OpID, Amount: e.Amount,
-		Held: e.Held, Released: e.Released, Balance: e.Balance, Reserved: e.Reserved, Reason: e.Reason,
+		Reservation: e.Reservation, Released: e.Released, Balance: e.Balance, Reserved: e.Reserved, Reason: e.Reason,
 		Seq: e.Seq, Time: e.Time, N: e.N, Prev: e.Prev, Hash: e.Hash}
 }
 
@@ -183,8 +184,8 @@ func EncodeEffect(n subjects.Names, seq uint64, at time.Time, i int, e ledger.Ef
 		return encode(subject, id, InvalidEvent{V: Version, Type: ledger.EventRejected, Seq: seq, Time: at,
 			Account: account, Job: job, Reason: e.Reason, Message: e.Message})
 	case ledger.Entry:
-		return encode(n.Journal(e.Account), id, Entry{V: Version, Kind: e.Kind, Seq: seq, Time: at, Account: e.Account,
-			Job: e.Job, OpID: e.OpID, Amount: e.Amount, Held: e.Held, Released: e.Released, Balance: e.Balance,
+		return encode(n.Journal(e.Account), id, JournalEntry{V: Version, Kind: e.Kind, Seq: seq, Time: at, Account: e.Account,
+			Job: e.Job, OpID: e.OpID, Amount: e.Amount, Reservation: e.Reservation, Released: e.Released, Balance: e.Balance,
 			Reserved: e.Reserved, Reason: e.Reason, N: e.N, Prev: e.Prev, Hash: e.Hash})
 	case ledger.DispatchOrder:
 		// The id ends with the command's sequence, so a job submitted
@@ -274,11 +275,21 @@ func DecodeInvalidEvent(data []byte) (InvalidEvent, error) {
 	return e, nil
 }
 
-// DecodeEntry decodes the body of gpuq.journal.<account>.
-func DecodeEntry(data []byte) (Entry, error) {
-	var e Entry
+// DecodeJournalEntry decodes the body of gpuq.journal.<account>.
+func DecodeJournalEntry(data []byte) (JournalEntry, error) {
+	var e JournalEntry
 	if err := unmarshalV1("journal entry", data, &e); err != nil {
-		return Entry{}, err
+		return JournalEntry{}, err
+	}
+	if e.Reservation == 0 && bytes.Contains(data, []byte(`"held"`)) {
+		// Written before the field was named "reservation".
+		var legacy struct {
+			Held ledger.Credits `json:"held"`
+		}
+		if err := json.Unmarshal(data, &legacy); err != nil {
+			return JournalEntry{}, fmt.Errorf("journal entry: %w", err)
+		}
+		e.Reservation = legacy.Held
 	}
 	var errs []error
 	errs = append(errs, subjects.CheckToken("account", e.Account))
@@ -289,8 +300,8 @@ func DecodeEntry(data []byte) (Entry, error) {
 		if e.Amount < 0 {
 			errs = append(errs, fmt.Errorf("%s amount %d is negative", e.Kind, e.Amount))
 		}
-		if e.Kind == ledger.EntrySettle && (e.Held < e.Amount || e.Released != e.Held-e.Amount) {
-			errs = append(errs, fmt.Errorf("settle of %d held, %d charged, %d released does not add up", e.Held, e.Amount, e.Released))
+		if e.Kind == ledger.EntrySettle && (e.Reservation < e.Amount || e.Released != e.Reservation-e.Amount) {
+			errs = append(errs, fmt.Errorf("settle of a %d reservation, %d charged, %d released does not add up", e.Reservation, e.Amount, e.Released))
 		}
 	default:
 		errs = append(errs, fmt.Errorf("unknown entry kind %q", e.Kind))
@@ -300,13 +311,13 @@ func DecodeEntry(data []byte) (Entry, error) {
 			errs = append(errs, fmt.Errorf("hash %.80q is not 64 lower-case hex digits", h))
 		}
 	}
-	for _, c := range []ledger.Credits{e.Amount, e.Held, e.Released, e.Balance, e.Reserved} {
+	for _, c := range []ledger.Credits{e.Amount, e.Reservation, e.Released, e.Balance, e.Reserved} {
 		if c > ledger.MaxCredits || c < -ledger.MaxCredits {
 			errs = append(errs, fmt.Errorf("amount %d is out of range", c))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return Entry{}, fmt.Errorf("journal entry: %w", err)
+		return JournalEntry{}, fmt.Errorf("journal entry: %w", err)
 	}
 	return e, nil
 }

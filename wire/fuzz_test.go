@@ -76,13 +76,13 @@ func FuzzDecodeLost(f *testing.F) { fuzzCommand(f, wire.DecodeLost) }
 
 func FuzzDecodeUnplaceable(f *testing.F) { fuzzCommand(f, wire.DecodeUnplaceable) }
 
-func FuzzDecodeHost(f *testing.F) {
+func FuzzDecodeHeartbeat(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if h, err := wire.DecodeHost(data); err == nil {
+		if h, err := wire.DecodeHeartbeat(data); err == nil {
 			if h.Capacity() < 0 || h.Capacity() > len(h.Devices) {
 				t.Fatalf("capacity %d of %d devices", h.Capacity(), len(h.Devices))
 			}
-			if _, err := wire.EncodeHost(h); err != nil {
+			if _, err := wire.EncodeHeartbeat(h); err != nil {
 				t.Fatalf("decoded %+v but cannot encode it: %v", h, err)
 			}
 		}
@@ -187,10 +187,10 @@ func FuzzDecodeInvalidEvent(f *testing.F) {
 	})
 }
 
-func FuzzDecodeEntry(f *testing.F) {
+func FuzzDecodeJournalEntry(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if e, err := wire.DecodeEntry(data); err == nil {
-			reencode(t, e, wire.DecodeEntry)
+		if e, err := wire.DecodeJournalEntry(data); err == nil {
+			reencode(t, e, wire.DecodeJournalEntry)
 		}
 	})
 }

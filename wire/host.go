@@ -9,10 +9,10 @@ import (
 	"github.com/gpuq/gpuq/subjects"
 )
 
-// Host is the value of key <host> in the gpuq_hosts bucket: a worker's
+// Heartbeat is the value of key <host> in the gpuq_hosts bucket: a worker's
 // heartbeat, renewed with a TTL. The scheduler places work only on hosts
 // whose key is present and whose last heartbeat is younger than its TTL.
-type Host struct {
+type Heartbeat struct {
 	V         int       `json:"v"`
 	Host      string    `json:"host"`
 	Simulated bool      `json:"simulated"` // the GPUs are go-nvml mock devices, not hardware
@@ -50,7 +50,7 @@ type Running struct {
 // Capacity is how many of the host's GPUs gpuq may use: healthy ones that no
 // foreign process occupies, whether free or held by gpuq jobs. A draining
 // host offers none.
-func (h Host) Capacity() int {
+func (h Heartbeat) Capacity() int {
 	if h.Draining {
 		return 0
 	}
@@ -63,8 +63,8 @@ func (h Host) Capacity() int {
 	return n
 }
 
-// EncodeHost returns the heartbeat body of h.
-func EncodeHost(h Host) ([]byte, error) {
+// EncodeHeartbeat returns the heartbeat body of h.
+func EncodeHeartbeat(h Heartbeat) ([]byte, error) {
 	h.V = Version
 	h.Time = h.Time.UTC()
 	if err := h.check(); err != nil {
@@ -73,19 +73,19 @@ func EncodeHost(h Host) ([]byte, error) {
 	return json.Marshal(h)
 }
 
-// DecodeHost decodes a heartbeat.
-func DecodeHost(data []byte) (Host, error) {
-	var h Host
+// DecodeHeartbeat decodes a heartbeat.
+func DecodeHeartbeat(data []byte) (Heartbeat, error) {
+	var h Heartbeat
 	if err := unmarshalV1("host heartbeat", data, &h); err != nil {
-		return Host{}, err
+		return Heartbeat{}, err
 	}
 	if err := h.check(); err != nil {
-		return Host{}, err
+		return Heartbeat{}, err
 	}
 	return h, nil
 }
 
-func (h Host) check() error {
+func (h Heartbeat) check() error {
 	var errs []error
 	if err := subjects.CheckToken("host", h.Host); err != nil {
 		errs = append(errs, err)

@@ -111,7 +111,7 @@ func TestEffectsDecodeBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := wire.DecodeEntry(msg.Data); err != nil || !reflect.DeepEqual(got.Ledger(), entry) {
+	if got, err := wire.DecodeJournalEntry(msg.Data); err != nil || !reflect.DeepEqual(got.Ledger(), entry) {
 		t.Errorf("journal entry %+v came back as %+v, %v", entry, got.Ledger(), err)
 	}
 	for _, o := range []ledger.Effect{filled(t, ledger.DispatchOrder{}), filled(t, ledger.CancelOrder{})} {

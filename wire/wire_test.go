@@ -270,8 +270,8 @@ func TestEncodeEffects(t *testing.T) {
 				}
 				return err
 			}},
-		{ledger.Entry{Kind: ledger.EntrySettle, Account: "a", Job: "j", Amount: 5, Held: 8, Released: 3, Balance: 10},
-			n.Journal("a"), "7.4", n.JournalStream(), func(d []byte) error { _, err := wire.DecodeEntry(d); return err }},
+		{ledger.Entry{Kind: ledger.EntrySettle, Account: "a", Job: "j", Amount: 5, Reservation: 8, Released: 3, Balance: 10},
+			n.Journal("a"), "7.4", n.JournalStream(), func(d []byte) error { _, err := wire.DecodeJournalEntry(d); return err }},
 		{ledger.DispatchOrder{Host: "h", Job: "j", Account: "a", Attempt: 2, GPUs: 1, Command: []string{"x"}, Walltime: time.Hour},
 			n.Dispatch("h"), "j.2.dispatch.7", n.DispatchStream(), func(d []byte) error {
 				o, seq, err := wire.DecodeOrder("h", d)

@@ -162,7 +162,7 @@ func (b *fakeBus) Log(_ context.Context, c wire.LogChunk) error {
 	return nil
 }
 
-func (b *fakeBus) Beat(context.Context, wire.Host, time.Duration) error {
+func (b *fakeBus) Beat(context.Context, wire.Heartbeat, time.Duration) error {
 	if b.beatErr != nil {
 		if err := b.beatErr(); err != nil {
 			return err

@@ -17,7 +17,7 @@ type Metrics interface {
 	Opened(simulated bool, devices int)
 	// Beat reports a heartbeat the worker tried to write: h, and the error
 	// writing it (nil when it was stored).
-	Beat(h wire.Host, err error)
+	Beat(h wire.Heartbeat, err error)
 	// AttemptStarted reports an attempt whose started report was stored:
 	// it runs now.
 	AttemptStarted()
@@ -76,7 +76,7 @@ func (w *Worker) metrics() Metrics {
 type nopMetrics struct{}
 
 func (nopMetrics) Opened(bool, int)                       {}
-func (nopMetrics) Beat(wire.Host, error)                  {}
+func (nopMetrics) Beat(wire.Heartbeat, error)             {}
 func (nopMetrics) AttemptStarted()                        {}
 func (nopMetrics) AttemptEnded(AttemptEnd, time.Duration) {}
 func (nopMetrics) OutputSent(int)                         {}

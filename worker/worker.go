@@ -52,7 +52,7 @@ type Bus interface {
 	// Log publishes one chunk of a job's output.
 	Log(ctx context.Context, c wire.LogChunk) error
 	// Beat writes the host's heartbeat, to expire after ttl.
-	Beat(ctx context.Context, h wire.Host, ttl time.Duration) error
+	Beat(ctx context.Context, h wire.Heartbeat, ttl time.Duration) error
 	// Leave removes the heartbeat: the host is gone.
 	Leave(ctx context.Context) error
 	// Installation names where orders come from, and changes when that
@@ -758,8 +758,8 @@ func (w *Worker) beat(ctx context.Context) {
 }
 
 // Host returns the heartbeat the worker would write now.
-func (w *Worker) Host() wire.Host {
-	h := wire.Host{Host: w.cfg.Host, Simulated: w.cfg.GPU.Simulated(), Time: time.Now()}
+func (w *Worker) Host() wire.Heartbeat {
+	h := wire.Heartbeat{Host: w.cfg.Host, Simulated: w.cfg.GPU.Simulated(), Time: time.Now()}
 	snap, err := w.claims.Snapshot()
 	if err != nil {
 		w.log.Error("read the GPUs for the heartbeat; offering none", slog.Any("err", err))

@@ -262,7 +262,7 @@ type jobRow struct {
 	Priority  int             `json:"priority"`
 	GPUs      int             `json:"gpus"`
 	Cost      ledger.Credits  `json:"cost"`
-	Held      ledger.Credits  `json:"held"`
+	Reserved  ledger.Credits  `json:"reserved"`
 	Charged   ledger.Credits  `json:"charged"`
 	Attempt   int             `json:"attempt"`
 	Host      string          `json:"host"`
@@ -276,7 +276,7 @@ type jobRow struct {
 
 func rowOf(j *ledger.Job) jobRow {
 	return jobRow{ID: j.ID, Account: j.Account, State: j.State, Priority: j.Priority, GPUs: j.GPUs,
-		Cost: j.Cost, Held: j.Held, Charged: j.Charged, Attempt: j.Attempt, Host: j.Host, Reason: j.Reason,
+		Cost: j.Cost, Reserved: j.Reserved, Charged: j.Charged, Attempt: j.Attempt, Host: j.Host, Reason: j.Reason,
 		Submitted: j.SubmittedAt, Ended: j.EndedAt}
 }
 
@@ -402,7 +402,7 @@ func runJob(ctx context.Context, e *env, args []string) error {
 	if j.Hold {
 		pricing += "; waits for credits when the account cannot pay"
 	}
-	fmt.Fprintf(w, "credits   cost %d, reserved now %d, charged %d (%s)\n", j.Cost, j.Held, j.Charged, pricing)
+	fmt.Fprintf(w, "credits   cost %d, reserved now %d, charged %d (%s)\n", j.Cost, j.Reserved, j.Charged, pricing)
 	if j.Attempt > 0 {
 		fmt.Fprintf(w, "attempt   %d on %s", j.Attempt, dash(j.Host))
 		if len(j.Devices) > 0 {

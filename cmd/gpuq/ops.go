@@ -99,7 +99,7 @@ func runLogs(ctx context.Context, e *env, args []string) error {
 
 // readHosts reads every live heartbeat (client.Heartbeats), warning on warn
 // about a value that is not one, which it leaves out.
-func readHosts(ctx context.Context, s *session, warn io.Writer) ([]wire.Host, error) {
+func readHosts(ctx context.Context, s *session, warn io.Writer) ([]wire.Heartbeat, error) {
 	hosts, foreign, err := s.c.Heartbeats(ctx)
 	for _, f := range foreign {
 		fmt.Fprintf(warn, "gpuq: leaving out host key %s: %v\n", f.Key, f.Err)

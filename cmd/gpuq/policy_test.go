@@ -84,9 +84,9 @@ func TestReadmePolicy(t *testing.T) {
 		t.Errorf("prices show printed:\n%s", out)
 	}
 	var tune struct {
-		Cost, Charged, Held int64
-		RuntimeMS           int64 `json:"runtime_ms"`
-		Message             string
+		Cost, Charged, Reserved int64
+		RuntimeMS               int64 `json:"runtime_ms"`
+		Message                 string
 	}
 	d.json(&tune, "job", "tune-1")
 	m := regexp.MustCompile(`metered: 2 GPUs × (\d+)s at 720 per GPU-hour = (\d+)`).FindStringSubmatch(tune.Message)
@@ -97,7 +97,7 @@ func TestReadmePolicy(t *testing.T) {
 	if low := tune.RuntimeMS / 1000; secs < 2 || secs < low || secs > low+1 {
 		t.Errorf("tune-1 billed %ds for a runtime of %dms, want it rounded up to the second", secs, tune.RuntimeMS)
 	}
-	if want := (2*secs*720 + 3599) / 3600; tune.Cost != 300 || tune.Charged != want || tune.Held != 0 || m[2] != strconv.FormatInt(want, 10) {
+	if want := (2*secs*720 + 3599) / 3600; tune.Cost != 300 || tune.Charged != want || tune.Reserved != 0 || m[2] != strconv.FormatInt(want, 10) {
 		t.Errorf("tune-1 = %+v, want cost 300 and charged ⌈2 × %ds × 720 / 3600⌉ = %d", tune, secs, want)
 	}
 	if out := outs["gpuq job tune-1"]; !strings.Contains(out, "metered: 2 GPUs × ") || !strings.Contains(out, "at 720 per GPU-hour") {

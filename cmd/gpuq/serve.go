@@ -107,7 +107,7 @@ func startScheduler(ctx context.Context, nc *nats.Conn, n subjects.Names, o sche
 	store := natsstore.New(js, lkv)
 	store.Names = n
 	cfg := scheduler.Config{
-		Store: store, Lease: lease, Log: natsbus.NewLog(js, n),
+		Store: store, Lease: lease, CommandLog: natsbus.NewCommandLog(js, n),
 		Publisher: natsbus.NewPublisher(js), Hosts: natsbus.NewHosts(hkv, log),
 		Names: n, Logger: log, Core: o.core, MaxMessageBytes: maxEffectBytes(nc.MaxPayload()),
 		RetainApplied: o.retainApplied, Facts: natsbus.NewFacts(fkv), Name: o.name,

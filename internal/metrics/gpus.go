@@ -44,7 +44,7 @@ type count struct {
 // countHosts counts hosts by state and GPUs by state, each split by
 // simulated or not. Every state of a kind present is listed, with 0 where
 // none is in it, so a series does not vanish when its count drops to 0.
-func countHosts(hs []wire.Host) (hosts, gpus []count) {
+func countHosts(hs []wire.Heartbeat) (hosts, gpus []count) {
 	for _, sim := range []bool{false, true} {
 		seen := false
 		up, draining := 0, 0

@@ -89,7 +89,7 @@ func TestStandbySchedulerIsReadyAndTakesOver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		svc, err := scheduler.New(scheduler.Config{Store: natsstore.New(js, lkv), Lease: lease, Log: natsbus.NewLog(js, n),
+		svc, err := scheduler.New(scheduler.Config{Store: natsstore.New(js, lkv), Lease: lease, CommandLog: natsbus.NewCommandLog(js, n),
 			Publisher: natsbus.NewPublisher(js), Hosts: natsbus.NewHosts(hkv, log), Logger: log.With("scheduler", name), Metrics: m})
 		if err != nil {
 			t.Fatal(err)

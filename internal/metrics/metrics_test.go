@@ -50,9 +50,9 @@ func exercised(t *testing.T) (*prometheus.Registry, *Scheduler, *Worker) {
 	s.Decided("dispatch", 2)
 	s.Progress(scheduler.Progress{Applied: 10, Stored: 12})
 	s.Stats(scheduler.Stats{Jobs: []scheduler.JobCount{{Account: "vision", State: ledger.StatePending, N: 3}},
-		Hosts: []wire.Host{{Host: "h1", Simulated: true, Devices: []wire.Device{{UUID: "a", Healthy: true}}}}})
+		Hosts: []wire.Heartbeat{{Host: "h1", Simulated: true, Devices: []wire.Device{{UUID: "a", Healthy: true}}}}})
 	w.Opened(true, 1)
-	w.Beat(wire.Host{Host: "h1", Devices: []wire.Device{{UUID: "a", Healthy: true}}}, nil)
+	w.Beat(wire.Heartbeat{Host: "h1", Devices: []wire.Device{{UUID: "a", Healthy: true}}}, nil)
 	w.AttemptStarted()
 	w.AttemptEnded(worker.EndSucceeded, time.Second)
 	w.OutputSent(10)
@@ -158,15 +158,15 @@ func TestWorkerReadyFollowsTheHeartbeat(t *testing.T) {
 	notReady("before the GPUs are open", "not open")
 	w.Opened(false, 8)
 	notReady("open, no heartbeat", "no heartbeat stored yet")
-	w.Beat(wire.Host{Host: "h1"}, errors.New("no responders"))
+	w.Beat(wire.Heartbeat{Host: "h1"}, errors.New("no responders"))
 	notReady("a heartbeat that failed", "no responders")
-	w.Beat(wire.Host{Host: "h1"}, nil)
+	w.Beat(wire.Heartbeat{Host: "h1"}, nil)
 	if what, err := w.Ready(); err != nil || !strings.Contains(what, "8 GPUs open (NVML)") {
 		t.Errorf("after a stored heartbeat: Ready = %q, %v; want ready", what, err)
 	}
 	now = now.Add(11 * time.Second)
 	notReady("11s after the last stored heartbeat", "more than 10s")
-	w.Beat(wire.Host{Host: "h1"}, nil)
+	w.Beat(wire.Heartbeat{Host: "h1"}, nil)
 	if _, err := w.Ready(); err != nil {
 		t.Errorf("after a fresh heartbeat: Ready = %v, want ready", err)
 	}
@@ -175,7 +175,7 @@ func TestWorkerReadyFollowsTheHeartbeat(t *testing.T) {
 func TestWorkerMetricsFollowReports(t *testing.T) {
 	t.Parallel()
 	reg, _, w := exercised(t)
-	w.Beat(wire.Host{Host: "h1", Devices: []wire.Device{{UUID: "a", Healthy: true, Job: "j", Attempt: 1}, {UUID: "b"},
+	w.Beat(wire.Heartbeat{Host: "h1", Devices: []wire.Device{{UUID: "a", Healthy: true, Job: "j", Attempt: 1}, {UUID: "b"},
 		{UUID: "c", Healthy: true, Busy: true}, {UUID: "d", Healthy: true}}, Running: []wire.Running{{Job: "j", Attempt: 1}}}, nil)
 	want := `
 # HELP gpuq_worker_attempts_running Attempts running on this host, as its last heartbeat showed.

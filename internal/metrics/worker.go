@@ -33,9 +33,9 @@ type Worker struct {
 	opened    bool
 	simulated bool
 	devices   int
-	lastBeat  time.Time // when a heartbeat was last stored
-	host      wire.Host // the last heartbeat tried
-	beatErr   error     // the last heartbeat's error
+	lastBeat  time.Time      // when a heartbeat was last stored
+	host      wire.Heartbeat // the last heartbeat tried
+	beatErr   error          // the last heartbeat's error
 }
 
 var _ worker.Metrics = (*Worker)(nil)
@@ -101,7 +101,7 @@ func (w *Worker) Opened(simulated bool, devices int) {
 }
 
 // Beat implements worker.Metrics.
-func (w *Worker) Beat(h wire.Host, err error) {
+func (w *Worker) Beat(h wire.Heartbeat, err error) {
 	h.Devices = append([]wire.Device(nil), h.Devices...)
 	h.Running = append([]wire.Running(nil), h.Running...)
 	w.mu.Lock()

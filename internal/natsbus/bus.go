@@ -17,19 +17,19 @@ import (
 	"github.com/gpuq/gpuq/wire"
 )
 
-// Log is the command stream, read in order by an ordered consumer.
-type Log struct {
+// CommandLog is the command stream, read in order by an ordered consumer.
+type CommandLog struct {
 	js     jetstream.JetStream
 	stream string
 }
 
-// NewLog returns the command log of installation n.
-func NewLog(js jetstream.JetStream, n subjects.Names) *Log {
-	return &Log{js: js, stream: n.CmdStream()}
+// NewCommandLog returns the command log of installation n.
+func NewCommandLog(js jetstream.JetStream, n subjects.Names) *CommandLog {
+	return &CommandLog{js: js, stream: n.CmdStream()}
 }
 
 type follower struct {
-	c    chan scheduler.Entry
+	c    chan scheduler.LogEntry
 	done chan struct{}
 	cc   jetstream.ConsumeContext
 	once sync.Once
@@ -40,21 +40,21 @@ type follower struct {
 // Follow starts an ordered consumer at entry after+1 and delivers entries
 // on the follower's channel. The consumer is ephemeral: it keeps no state on
 // the server, and the checkpoint says where the next one starts.
-func (l *Log) Follow(ctx context.Context, after uint64) (scheduler.Follower, error) {
+func (l *CommandLog) Follow(ctx context.Context, after uint64) (scheduler.Follower, error) {
 	cons, err := l.js.OrderedConsumer(ctx, l.stream, jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: after + 1,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ordered consumer on %s from %d: %w", l.stream, after+1, err)
 	}
-	f := &follower{c: make(chan scheduler.Entry, 4096), done: make(chan struct{})}
+	f := &follower{c: make(chan scheduler.LogEntry, 4096), done: make(chan struct{})}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		md, err := m.Metadata()
 		if err != nil {
 			f.fail(fmt.Errorf("metadata of a %s message: %w", l.stream, err))
 			return
 		}
-		e := scheduler.Entry{Seq: md.Sequence.Stream, Time: md.Timestamp, Subject: m.Subject(), Data: m.Data(), Pending: md.NumPending}
+		e := scheduler.LogEntry{Seq: md.Sequence.Stream, Time: md.Timestamp, Subject: m.Subject(), Data: m.Data(), Pending: md.NumPending}
 		select {
 		case f.c <- e:
 		case <-f.done:
@@ -76,7 +76,7 @@ func (l *Log) Follow(ctx context.Context, after uint64) (scheduler.Follower, err
 	return f, nil
 }
 
-func (f *follower) C() <-chan scheduler.Entry { return f.c }
+func (f *follower) C() <-chan scheduler.LogEntry { return f.c }
 
 func (f *follower) Err() error {
 	f.mu.Lock()
@@ -105,7 +105,7 @@ func (f *follower) Stop() {
 }
 
 // Trim purges the log's entries up to and including upTo.
-func (l *Log) Trim(ctx context.Context, upTo uint64) error {
+func (l *CommandLog) Trim(ctx context.Context, upTo uint64) error {
 	s, err := l.js.Stream(ctx, l.stream)
 	if err != nil {
 		return err
@@ -312,7 +312,7 @@ func (h *Hosts) Watch(ctx context.Context) (<-chan scheduler.HostUpdate, error) 
 				u.Name = e.Key()
 				delete(expires, u.Name)
 				if e.Operation() == jetstream.KeyValuePut {
-					host, err := wire.DecodeHost(e.Value())
+					host, err := wire.DecodeHeartbeat(e.Value())
 					switch {
 					case err != nil:
 						h.log.Warn("bad heartbeat", slog.String("worker", e.Key()), slog.Any("err", err))
@@ -334,7 +334,7 @@ func (h *Hosts) Watch(ctx context.Context) (<-chan scheduler.HostUpdate, error) 
 
 // heartbeatTTL is how long h counts: the TTL it states, or
 // [UnstatedHeartbeatTTL].
-func heartbeatTTL(h wire.Host) time.Duration {
+func heartbeatTTL(h wire.Heartbeat) time.Duration {
 	if d, err := time.ParseDuration(h.TTL); err == nil && d > 0 {
 		return d
 	}

@@ -40,7 +40,7 @@ func TestHostsTimesOutHeartbeats(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := wb.Beat(ctx, wire.Host{Host: host, Time: time.Now()}, ttl); err != nil {
+		if err := wb.Beat(ctx, wire.Heartbeat{Host: host, Time: time.Now()}, ttl); err != nil {
 			t.Fatalf("beat %s: %v", host, err)
 		}
 	}

@@ -216,9 +216,9 @@ func (b *WorkerBus) Log(ctx context.Context, c wire.LogChunk) error {
 // Beat writes the heartbeat to key <host> with a per-message TTL, so the key
 // disappears if the worker stops renewing it, and states the TTL in the
 // heartbeat, so the scheduler counts the host gone at the same time.
-func (b *WorkerBus) Beat(ctx context.Context, h wire.Host, ttl time.Duration) error {
+func (b *WorkerBus) Beat(ctx context.Context, h wire.Heartbeat, ttl time.Duration) error {
 	h.TTL = ttl.String()
-	data, err := wire.EncodeHost(h)
+	data, err := wire.EncodeHeartbeat(h)
 	if err != nil {
 		return err
 	}

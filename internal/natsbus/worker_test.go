@@ -156,7 +156,7 @@ func TestBusSurvivesAServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &ledger.Job{ID: "j", Account: "a", GPUs: 1, Cost: 10, Command: []string{"true"}, Walltime: time.Minute,
-		MaxAttempts: 3, State: ledger.StateDispatched, Attempt: 1, Host: "h1", Held: 10}
+		MaxAttempts: 3, State: ledger.StateDispatched, Attempt: 1, Host: "h1", Reserved: 10}
 	data, err := ledger.MarshalJob(rec)
 	if err != nil {
 		t.Fatal(err)
