@@ -476,25 +476,30 @@ func (c *Client) get(ctx context.Context, key string) ([]byte, error) {
 // a round trip. A failure is not kept, so a later call tries again (the
 // bucket appears when a scheduler first runs).
 func (c *Client) ledgerKV(ctx context.Context) (jetstream.KeyValue, error) {
+	return c.bucket(ctx, c.n.LedgerBucket(), &c.kv)
+}
+
+// bucket returns the bucket name, kept in *held once opened (under c.mu).
+// It is opened without the lock, so concurrent first reads do not queue
+// behind one another's round trip; any of the handles will do.
+func (c *Client) bucket(ctx context.Context, name string, held *jetstream.KeyValue) (jetstream.KeyValue, error) {
 	c.mu.Lock()
-	kv := c.kv
+	kv := *held
 	c.mu.Unlock()
 	if kv != nil {
 		return kv, nil
 	}
-	// Opened without the lock, so concurrent first reads do not queue
-	// behind one another's round trip; any of the handles will do.
-	kv, err := c.js.KeyValue(ctx, c.n.LedgerBucket())
+	kv, err := c.js.KeyValue(ctx, name)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("open %s: %w", c.n.LedgerBucket(), ErrNoBucket)
+		return nil, fmt.Errorf("open %s: %w", name, ErrNoBucket)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", c.n.LedgerBucket(), err)
+		return nil, fmt.Errorf("open %s: %w", name, err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.kv == nil {
-		c.kv = kv
+	if *held == nil {
+		*held = kv
 	}
-	return c.kv, nil
+	return *held, nil
 }

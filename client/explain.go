@@ -176,20 +176,5 @@ func (c *Client) fact(ctx context.Context, key string) ([]byte, error) {
 // factsKV returns the facts bucket, opening it on first use (a round trip);
 // a failure is not kept, so a later call tries again.
 func (c *Client) factsKV(ctx context.Context) (jetstream.KeyValue, error) {
-	c.mu.Lock()
-	kv := c.facts
-	c.mu.Unlock()
-	if kv != nil {
-		return kv, nil
-	}
-	kv, err := c.js.KeyValue(ctx, c.n.FactsBucket())
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", c.n.FactsBucket(), err)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.facts == nil {
-		c.facts = kv
-	}
-	return c.facts, nil
+	return c.bucket(ctx, c.n.FactsBucket(), &c.facts)
 }
