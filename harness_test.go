@@ -61,6 +61,7 @@ type sched struct {
 type schedOpts struct {
 	hooks scheduler.Hooks
 	core  scheduler.CoreConfig
+	facts scheduler.FactStore // in place of the facts bucket
 }
 
 // startScheduler runs a scheduler service with test timings until stopped or
@@ -77,9 +78,17 @@ func (c *cluster) startScheduler(name string, o schedOpts) *sched {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	fkv, err := js.KeyValue(ctx, c.n.FactsBucket())
+	if err != nil {
+		c.t.Fatal(err)
+	}
 	lease, err := natsstore.NewLease(js, lkv, name, time.Second)
 	if err != nil {
 		c.t.Fatal(err)
+	}
+	var facts scheduler.FactStore = natsbus.NewFacts(fkv)
+	if o.facts != nil {
+		facts = o.facts
 	}
 	s := &sched{name: name, nc: nc, done: make(chan error, 1), began: make(chan struct{}, 16), left: make(chan struct{}, 16),
 		log: &followLog{Log: natsbus.NewLog(js, c.n)}}
@@ -104,7 +113,7 @@ func (c *cluster) startScheduler(name string, o schedOpts) *sched {
 		Lease:     &watchedLease{Lease: lease, released: func() { s.ended.Add(1); notify(s.left) }},
 		Publisher: natsbus.NewPublisher(js), Hosts: natsbus.NewHosts(hkv, log),
 		Names: c.n, Core: o.core, Logger: log, DecideInterval: 20 * time.Millisecond,
-		StepDownWait: 50 * time.Millisecond, Hooks: hooks,
+		StepDownWait: 50 * time.Millisecond, Hooks: hooks, Facts: facts, Name: name, FactInterval: 20 * time.Millisecond,
 	})
 	if err != nil {
 		c.t.Fatal(err)

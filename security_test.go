@@ -147,8 +147,13 @@ func newDeployment(t *testing.T, opts ...func(*scheduler.Config)) *deployment {
 	if err != nil {
 		t.Fatal(err)
 	}
+	facts, err := d.sjs.KeyValue(ctx, d.n.FactsBucket())
+	if err != nil {
+		t.Fatalf("scheduler binds the facts bucket: %v", err)
+	}
 	cfg := scheduler.Config{Store: natsstore.New(d.sjs, d.ledger), Lease: lease, Log: natsbus.NewLog(d.sjs, d.n),
-		Publisher: natsbus.NewPublisher(d.sjs), Hosts: natsbus.NewHosts(d.hosts, d.log), Logger: d.log, DecideInterval: 20 * time.Millisecond}
+		Publisher: natsbus.NewPublisher(d.sjs), Hosts: natsbus.NewHosts(d.hosts, d.log), Logger: d.log, DecideInterval: 20 * time.Millisecond,
+		Facts: natsbus.NewFacts(facts), FactInterval: 20 * time.Millisecond}
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -81,6 +81,10 @@ type Client struct {
 
 	mu sync.Mutex
 	kv jetstream.KeyValue // the ledger bucket, once a read has opened it
+
+	// facts is the facts bucket, once Explain has opened it (explain.go);
+	// guarded by mu.
+	facts jetstream.KeyValue
 }
 
 // Option configures a [Client].

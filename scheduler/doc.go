@@ -6,7 +6,8 @@
 // decisions as values from [Core.Decide] (dispatches, lost and unplaceable
 // verdicts, admissions). It performs no I/O and reads no clock: the caller
 // passes the time. A decision takes effect only when the fold applies it from
-// the log. [Explain] answers why a job waits by the same rules.
+// the log. [Explain] answers why a job waits by the same rules; the leader
+// publishes its own answers as facts (see # Facts).
 //
 // [Service] is the process around it: it contends for the leader lease
 // and, while it holds it, folds every command into a [ledger.State], persists
@@ -49,6 +50,30 @@
 // can mend ([ErrMisconfigured]), or when the command log has lost entries
 // the ledger has not applied, found at the same place by three terms in a
 // row ([ErrLogGap]).
+//
+// # Facts
+//
+// A reader that asks why a job waits must hear what the leader saw, not a
+// decision computed again elsewhere with other settings. So the leader
+// publishes read-optimised facts through [Config.Facts] (a [FactStore];
+// internal/natsbus keeps them in the gpuq_facts bucket, see docs/wire.md):
+// its effective configuration when it takes over, and after each decision
+// pass (at most every [Config.FactInterval]) why each of the first
+// [Config.FactWindow] waiting jobs waits, from [Core.Waiting]: the blockers
+// by Decide's rules with the core's own configuration, hosts, backoffs and
+// in-flight decisions, and the backfill reservation the pass itself made. A
+// fact is written only when its explanation changes, and deleted when its
+// job leaves the queue or the window; then a pass fact says through which
+// log sequence all of them are written.
+//
+// Facts are advisory and cost the fold nothing it waits on: the loop
+// computes them after the checkpoint and the pass and queues the changes;
+// a writer goroutine stores them at most [Config.FactWrites] a second, a
+// key's newer value replacing one still queued, retrying failures with
+// backoff (logged once per spell) until the term ends. They live in a
+// bucket of their own, not the ledger's, because they are written without
+// compare-and-swap, lost harmlessly on a crash (a new leader lists the
+// bucket and deletes or rewrites what it finds), and readable per tenant.
 //
 // A minimal decision round:
 //

@@ -61,9 +61,26 @@ type Config struct {
 	// server accepts when its max_payload is below the default. Defaults to
 	// wire.MaxMessageBytes less 4 KiB for the subject and headers.
 	MaxMessageBytes int
+<<<<<<< HEAD
 	// Metrics receives what the service measures (see [Metrics]).
 	// Defaults to nil: nothing is measured.
 	Metrics Metrics
+=======
+	// Facts, if set, receives the leader's read-optimised facts (see the
+	// package doc, # Facts): its configuration, its latest pass, and why
+	// each of the first FactWindow waiting jobs waits. Defaults to none.
+	Facts FactStore
+	// Name is this scheduler's name in the config fact. Defaults to "".
+	Name string
+	// FactWindow is the most waiting jobs one pass explains. Defaults to
+	// 1000.
+	FactWindow int
+	// FactWrites is the most fact writes a second. Defaults to 200.
+	FactWrites int
+	// FactInterval is the least time between two passes that explain the
+	// waiting jobs. Defaults to 1s.
+	FactInterval time.Duration
+>>>>>>> explain
 	// Hooks are for tests.
 	Hooks Hooks
 }
@@ -126,6 +143,15 @@ func (c *Config) validate() error {
 	}
 	if c.MaxMessageBytes <= 0 {
 		c.MaxMessageBytes = wire.MaxMessageBytes - 4<<10
+	}
+	if c.FactWindow <= 0 {
+		c.FactWindow = 1000
+	}
+	if c.FactWrites <= 0 {
+		c.FactWrites = 200
+	}
+	if c.FactInterval <= 0 {
+		c.FactInterval = time.Second
 	}
 	if ttl := c.Lease.TTL(); ttl < time.Second {
 		return fmt.Errorf("scheduler: lease TTL %v must be at least 1s", ttl)
@@ -464,6 +490,8 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 	if s.cfg.Hooks.Leading != nil {
 		s.cfg.Hooks.Leading()
 	}
+	facts := s.startFacts(tctx, t.core, began)
+	defer facts.end()
 	tick := time.NewTicker(s.cfg.DecideInterval)
 	defer tick.Stop()
 	renewEvery := s.cfg.Lease.TTL() / 3
@@ -530,6 +558,7 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 		}
 		if t.caught && t.applied >= t.ahead {
 			t.decide(ctx, now)
+			facts.after(t, now) // after the checkpoint and the pass; queues only, never waits on I/O
 		}
 		if s.cfg.RetainApplied > 0 && now.After(nextTrim) {
 			t.trim(ctx, now)

@@ -150,6 +150,20 @@ func TestDeployRolesRunCommands(t *testing.T) {
 		len(st.Streams) != 8 || len(st.Problems) != 0 {
 		t.Errorf("admin's gpuq status: %+v, %v", st, err)
 	}
+	// gpuq why reads the scheduler's facts: a tenant's of its own jobs, the
+	// admin's of any; not another tenant's.
+	ok("admin", "account", "create", "nlp", "--balance", "100")
+	ok("vision", "submit", "--id", "vision-wide", "--account", "vision", "--gpus", "4", "--cost", "1", "--", "true")
+	ok("nlp", "submit", "--id", "nlp-wide", "--account", "nlp", "--gpus", "4", "--cost", "1", "--", "true")
+	if out := ok("vision", "why", "vision-wide"); !strings.Contains(out, "the largest live host has 2") || !strings.Contains(out, "[too_wide]") {
+		t.Errorf("vision's gpuq why of its own job: %s", out)
+	}
+	if out := ok("admin", "why", "nlp-wide"); !strings.Contains(out, "[too_wide]") {
+		t.Errorf("admin's gpuq why of nlp's job: %s", out)
+	}
+	if out, code := gpuq("vision", "why", "nlp-wide", "--timeout", "2s"); code == exitOK || strings.Contains(out, "too_wide") {
+		t.Errorf("vision explained nlp's job: exit %d: %s", code, out)
+	}
 	// A submitter's account-wide reads are refused, not wrong.
 	if out, code := gpuq("vision", "status", "--timeout", "2s"); code == exitOK {
 		t.Errorf("vision ran gpuq status: %s", out)

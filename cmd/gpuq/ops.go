@@ -34,8 +34,8 @@ func init() {
 	})
 	register(&command{
 		name:    "why",
-		summary: "say every reason a pending job is not running",
-		usage:   "why ID",
+		summary: "say every reason a pending job is not running, as the scheduler saw it",
+		usage:   "why [--wait D] ID",
 		example: `  gpuq why train-42`,
 		run:     runWhy,
 	})
@@ -144,59 +144,84 @@ func runHosts(ctx context.Context, e *env, args []string) error {
 func runWhy(ctx context.Context, e *env, args []string) error {
 	c := find("why")
 	fs := e.flags(c)
+	wait := fs.Duration("wait", 5*time.Second, "how long to wait for the scheduler to look at a job that changed a moment ago")
 	job, s, err := e.jobArg(c, fs, args)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	st, err := loadState(ctx, s)
+	j, err := s.c.Job(ctx, job)
+	if errors.Is(err, client.ErrNotFound) {
+		return fmt.Errorf("no job %s", job)
+	}
 	if err != nil {
 		return err
 	}
-	j := st.Jobs[job]
-	if j == nil {
-		return fmt.Errorf("no job %s", job)
+	// The scheduler's own explanation, from the facts it publishes; a job
+	// that changed after its latest pass is waited for a moment.
+	deadline := time.Now().Add(*wait)
+	ex, err := s.c.Explain(ctx, j.Account, job)
+	for err == nil && ex.Status == client.NotSeen && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		ex, err = s.c.Explain(ctx, j.Account, job)
+	}
+	if err != nil {
+		return err
 	}
 	type answer struct {
-		Job      string              `json:"job"`
-		State    ledger.JobState     `json:"state"`
-		Reason   ledger.Reason       `json:"reason,omitempty"`
-		Message  string              `json:"message,omitempty"`
-		Blockers []scheduler.Blocker `json:"blockers"`
+		Job         string            `json:"job"`
+		State       ledger.JobState   `json:"state"`
+		Reason      ledger.Reason     `json:"reason,omitempty"`
+		Message     string            `json:"message,omitempty"`
+		Status      string            `json:"status"`
+		Blockers    []wire.Blocker    `json:"blockers"`
+		Reservation *wire.Reservation `json:"reservation,omitempty"`
+		AsOf        *time.Time        `json:"as_of,omitempty"` // the pass that computed the blockers
 	}
-	ans := answer{Job: j.ID, State: j.State, Reason: j.Reason, Message: j.Message, Blockers: []scheduler.Blocker{}}
-	waiting := j.State == ledger.StatePending || j.State == ledger.StateHeld
-	if waiting {
-		hosts, err := readHosts(ctx, s, e.stderr)
-		if err != nil {
-			return err
-		}
-		// The retry delays are the default policy's; a scheduler run with
-		// another policy retries on its own schedule.
-		blockers, err := scheduler.Explain(st, hosts, j.ID, time.Now(), scheduler.CoreConfig{})
-		if err != nil {
-			return err
-		}
-		ans.Blockers = append(ans.Blockers, blockers...)
+	ans := answer{Job: ex.Job, State: ex.State, Reason: ex.Reason, Message: ex.Message, Status: string(ex.Status),
+		Blockers: ex.Blockers, Reservation: ex.Reservation}
+	if ex.Status == client.Explained {
+		ans.AsOf = &ex.Fact.At
 	}
 	if e.output == "json" {
 		return printJSON(e.stdout, ans)
 	}
 	switch {
-	case !waiting:
-		fmt.Fprintf(e.stdout, "job %s is %s", j.ID, j.State)
-		if j.Message != "" {
-			fmt.Fprintf(e.stdout, ": %s", j.Message)
+	case ex.Status == client.NotWaiting:
+		fmt.Fprintf(e.stdout, "job %s is %s", ex.Job, ex.State)
+		if ex.Message != "" {
+			fmt.Fprintf(e.stdout, ": %s", ex.Message)
 		}
 		fmt.Fprintln(e.stdout)
-	case len(ans.Blockers) == 0:
-		fmt.Fprintf(e.stdout, "job %s is pending and nothing holds it back: the next decision dispatches it\n", j.ID)
+		return nil
+	case ex.Status == client.NotSeen:
+		fmt.Fprintf(e.stdout, "job %s is %s: the scheduler has not looked at it yet", ex.Job, ex.State)
+		if ex.Pass == nil {
+			fmt.Fprint(e.stdout, " (no scheduler has published a pass: is one running?)")
+		} else {
+			fmt.Fprintf(e.stdout, " (its latest published pass, at %s, folded the log through %d)", ex.Pass.At.Format(time.RFC3339), ex.Pass.Seq)
+		}
+		fmt.Fprintln(e.stdout)
+		return nil
+	case ex.Status == client.NotExplained:
+		fmt.Fprintf(e.stdout, "job %s is %s and the scheduler's latest pass (at %s) did not explain it: it is being dispatched, "+
+			"or it is further back in the queue than the first %d waiting jobs a pass explains (%d are queued)\n",
+			ex.Job, ex.State, ex.Pass.At.Format(time.RFC3339), ex.Pass.Window, ex.Pass.Queued)
+		return nil
+	case len(ex.Blockers) == 0:
+		fmt.Fprintf(e.stdout, "job %s is pending and nothing holds it back: the next decision dispatches it\n", ex.Job)
 	default:
-		fmt.Fprintf(e.stdout, "job %s is %s because:\n", j.ID, j.State)
-		for _, b := range ans.Blockers {
+		fmt.Fprintf(e.stdout, "job %s is %s because:\n", ex.Job, ex.State)
+		for _, b := range ex.Blockers {
 			fmt.Fprintf(e.stdout, "  - %s [%s]\n", b.Message, b.Kind)
 		}
 	}
+	fmt.Fprintf(e.stdout, "(as the scheduler saw it at %s, %s ago; its latest pass was at %s)\n", ex.Fact.At.Format(time.RFC3339),
+		time.Since(ex.Fact.At).Round(time.Millisecond), ex.Pass.At.Format(time.RFC3339))
 	return nil
 }
 

@@ -84,10 +84,13 @@ func startScheduler(ctx context.Context, nc *nats.Conn, n subjects.Names, o sche
 	if err != nil {
 		return nil, err
 	}
-	var lkv, hkv jetstream.KeyValue
-	err = untilReachable(ctx, log, "open the ledger and hosts buckets", func(ctx context.Context) error {
+	var lkv, hkv, fkv jetstream.KeyValue
+	err = untilReachable(ctx, log, "open the ledger, hosts and facts buckets", func(ctx context.Context) error {
 		var err error
 		if lkv, err = js.KeyValue(ctx, n.LedgerBucket()); err != nil {
+			return err
+		}
+		if fkv, err = js.KeyValue(ctx, n.FactsBucket()); err != nil {
 			return err
 		}
 		hkv, err = js.KeyValue(ctx, n.HostsBucket())
@@ -107,7 +110,7 @@ func startScheduler(ctx context.Context, nc *nats.Conn, n subjects.Names, o sche
 		Store: store, Lease: lease, Log: natsbus.NewLog(js, n),
 		Publisher: natsbus.NewPublisher(js), Hosts: natsbus.NewHosts(hkv, log),
 		Names: n, Logger: log, Core: o.core, MaxMessageBytes: maxEffectBytes(nc.MaxPayload()),
-		RetainApplied: o.retainApplied,
+		RetainApplied: o.retainApplied, Facts: natsbus.NewFacts(fkv), Name: o.name,
 	}
 	if o.metrics != nil {
 		cfg.Metrics = o.metrics

@@ -179,7 +179,7 @@ func Streams(n subjects.Names, cfg SetupConfig) ([]jetstream.StreamConfig, error
 	return []jetstream.StreamConfig{cmd, dispatch, events, journal, logs, history}, nil
 }
 
-// Buckets returns the configuration of the ledger and hosts buckets. Where
+// Buckets returns the configuration of the ledger, hosts and facts buckets. Where
 // cfg.Replicas is 0 they carry 1, the factor of a fresh setup.
 func Buckets(n subjects.Names, cfg SetupConfig) ([]jetstream.KeyValueConfig, error) {
 	cfg, err := cfg.withDefaults()
@@ -196,6 +196,12 @@ func Buckets(n subjects.Names, cfg SetupConfig) ([]jetstream.KeyValueConfig, err
 		{Bucket: n.HostsBucket(), Description: "gpuq worker heartbeats, one key per host, each with a TTL",
 			History: 1, MaxValueSize: wire.MaxMessageBytes, Storage: cfg.Storage,
 			Replicas: cfg.replicas(), LimitMarkerTTL: LeaseMarkerTTL},
+		// Read-optimised facts the leader publishes for readers (gpuq why):
+		// advisory, rebuilt by every new leader, so one version a key, and a
+		// deleted key's marker expires.
+		{Bucket: n.FactsBucket(), Description: "gpuq scheduler facts: its configuration, its latest pass, and why each waiting job waits",
+			History: 1, MaxValueSize: wire.MaxMessageBytes, Storage: cfg.Storage, Replicas: cfg.replicas(),
+			LimitMarkerTTL: LeaseMarkerTTL}, // allows the TTL of a deleted fact's marker (Facts.Delete)
 	}, nil
 }
 

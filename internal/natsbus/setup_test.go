@@ -117,7 +117,7 @@ func replication(t *testing.T, js jetstream.JetStream, n subjects.Names) map[str
 	for _, s := range n.Streams() {
 		got[s.Name] = streamReplicas(t, js, s.Name)
 	}
-	for _, b := range []string{n.LedgerBucket(), n.HostsBucket()} {
+	for _, b := range []string{n.LedgerBucket(), n.HostsBucket(), n.FactsBucket()} {
 		got[b] = streamReplicas(t, js, "KV_"+b)
 	}
 	return got
@@ -136,7 +136,7 @@ func streamReplicas(t *testing.T, js jetstream.JetStream, name string) int {
 func wantReplication(t *testing.T, js jetstream.JetStream, n subjects.Names, r int, when string) {
 	t.Helper()
 	got := replication(t, js, n)
-	if want := len(n.Streams()) + 2; len(got) != want {
+	if want := len(n.Streams()) + 3; len(got) != want {
 		t.Fatalf("%s: %d streams and buckets, want %d: %v", when, len(got), want, got)
 	}
 	for name, have := range got {
@@ -210,7 +210,7 @@ func TestSetupRaisesReplicationToOneFactor(t *testing.T) {
 		t.Fatalf("Setup raising to 3: %v", err)
 	}
 	wantReplication(t, js, n, 3, "after raising to 3")
-	if out := logs.String(); strings.Count(out, "raised replication") != len(n.Streams())+2 ||
+	if out := logs.String(); strings.Count(out, "raised replication") != len(n.Streams())+3 ||
 		!strings.Contains(out, "stream=GPUQ_CMD from=1 replicas=3") || !strings.Contains(out, "bucket=gpuq_hosts from=1 replicas=3") {
 		t.Errorf("raising logged:\n%s", out)
 	}
