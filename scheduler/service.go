@@ -61,11 +61,9 @@ type Config struct {
 	// server accepts when its max_payload is below the default. Defaults to
 	// wire.MaxMessageBytes less 4 KiB for the subject and headers.
 	MaxMessageBytes int
-<<<<<<< HEAD
 	// Metrics receives what the service measures (see [Metrics]).
 	// Defaults to nil: nothing is measured.
 	Metrics Metrics
-=======
 	// Facts, if set, receives the leader's read-optimised facts (see the
 	// package doc, # Facts): its configuration, its latest pass, and why
 	// each of the first FactWindow waiting jobs waits. Defaults to none.
@@ -80,7 +78,6 @@ type Config struct {
 	// FactInterval is the least time between two passes that explain the
 	// waiting jobs. Defaults to 1s.
 	FactInterval time.Duration
->>>>>>> explain
 	// Hooks are for tests.
 	Hooks Hooks
 }

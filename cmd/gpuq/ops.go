@@ -11,7 +11,6 @@ import (
 
 	"github.com/gpuq/gpuq/client"
 	"github.com/gpuq/gpuq/ledger"
-	"github.com/gpuq/gpuq/scheduler"
 	"github.com/gpuq/gpuq/wire"
 )
 
