@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -276,5 +277,32 @@ func TestSchedulerServesDashboard(t *testing.T) {
 	}
 	if code := s.term(t); code != 0 {
 		t.Errorf("scheduler exited %d on SIGTERM:\n%s", code, s.out.String())
+	}
+}
+
+// TestCIRunsTheReadmeTestCommand: .ci/run installs the browser when it is
+// missing, then runs exactly the test command README.md gives, and the
+// README says the browser test needs it.
+func TestCIRunsTheReadmeTestCommand(t *testing.T) {
+	t.Parallel()
+	ci, err := os.ReadFile("../../.ci/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(ci)), "\n")
+	last := lines[len(lines)-1]
+	if !strings.Contains(string(readme), "```sh\n"+last+"\n```") {
+		t.Errorf(".ci/run ends with %q, which README.md does not give as a command", last)
+	}
+	install := "command -v chromium || (apt-get update && apt-get install -y chromium)"
+	if i := slices.Index(lines, install); i < 0 || i > len(lines)-2 {
+		t.Errorf(".ci/run does not install chromium (%q) before the tests:\n%s", install, ci)
+	}
+	if !strings.Contains(string(readme), "apt-get install -y\nchromium") && !strings.Contains(string(readme), "apt-get install -y chromium") {
+		t.Error("README.md does not say how to install the browser the dashboard test needs")
 	}
 }
