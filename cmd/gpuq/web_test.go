@@ -243,7 +243,7 @@ func shot(t *testing.T, ctx context.Context, dir, name string) {
 // leader published), and gpuq dev with --http "" serves none.
 func TestSchedulerServesDashboard(t *testing.T) {
 	t.Parallel()
-	d := startDev(t, "", "--http", "")
+	d := startDev(t, "", "--http", "", "--job-retention", "1s")
 	if strings.Contains(d.out.String(), "  dashboard  ") {
 		t.Errorf("gpuq dev --http '' printed a dashboard line:\n%s", d.out.String())
 	}
@@ -266,6 +266,37 @@ func TestSchedulerServesDashboard(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the scheduler's dashboard at %s never showed account demo and host sim-1 (last: %v)\n%s\nscheduler:\n%s", url, err, body, s.out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for path, want := range map[string]int{"jobs/no-such-job": 404, "jobs/no-such-job/output": 404, "jobs/bad..id": 400, "jobs/bad..id/output": 400,
+		"parts/live": 200, "parts/usage": 200, "static/app.js": 200, "nowhere": 404} {
+		resp, err := http.Get(url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body) // only the status matters
+		_ = resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s%s = %d, want %d", url, path, resp.StatusCode, want)
+		}
+	}
+	// A job archived from the ledger view still has its page, from the
+	// history stream, with its output.
+	d.ok("submit", "--account", "demo", "--id", "arch-1", "--cost", "1", "--wait", "--", "echo", "archived-output")
+	for page := ""; !strings.Contains(page, "Archived: moved") || !strings.Contains(page, "archived-output"); {
+		resp, err := http.Get(url + "jobs/arch-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close() // read whole
+		if err != nil {
+			t.Fatal(err)
+		}
+		page = string(b)
+		if time.Now().After(deadline.Add(30 * time.Second)) {
+			t.Fatalf("the page of archived job arch-1 never said it was archived, with its output:\n%s", page)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

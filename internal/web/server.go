@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gpuq/gpuq/client"
+	"github.com/gpuq/gpuq/subjects"
 )
 
 //go:embed templates/*.html
@@ -232,8 +233,12 @@ func secure(h http.Handler) http.Handler {
 	})
 }
 
-// errNotFound is what a view returns for a page that does not exist.
-var errNotFound = errors.New("not found")
+// errNotFound is what a view returns for a page that does not exist, and
+// errBadRequest for a request that names no page it could have.
+var (
+	errNotFound   = errors.New("not found")
+	errBadRequest = errors.New("bad request")
+)
 
 // page renders template name with the data view returns.
 func (s *Server) page(name string, view func(*http.Request) (any, error)) http.HandlerFunc {
@@ -241,6 +246,10 @@ func (s *Server) page(name string, view func(*http.Request) (any, error)) http.H
 		data, err := view(r)
 		if errors.Is(err, errNotFound) {
 			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
+		if errors.Is(err, errBadRequest) {
+			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
 		if err != nil {
@@ -333,9 +342,13 @@ type outputEnd struct {
 // or one "failure" event saying why there is no more.
 func (s *Server) output(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	j, err := s.cfg.Client.Job(ctx, r.PathValue("id"))
+	if err := subjects.CheckToken("job id", r.PathValue("id")); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	j, _, err := s.cfg.Client.Lookup(ctx, "", r.PathValue("id"))
 	if errors.Is(err, client.ErrNotFound) {
-		http.Error(w, "no such job in the ledger", http.StatusNotFound)
+		http.Error(w, "no such job in the ledger or its history", http.StatusNotFound)
 		return
 	}
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpuq/gpuq/client"
 	"github.com/gpuq/gpuq/ledger"
+	"github.com/gpuq/gpuq/subjects"
 	"github.com/gpuq/gpuq/wire"
 )
 
@@ -387,8 +388,9 @@ func usageCharts(rep client.UsageReport, since time.Time, days int) []barChart {
 type jobView struct {
 	Now       time.Time
 	Job       *ledger.Job
-	Env       [][2]string // sorted by name
-	Why       *queueRow   // nil unless the job waits
+	Archived  *wire.History // set when the job was read from the history stream
+	Env       [][2]string   // sorted by name
+	Why       *queueRow     // nil unless the job waits
 	WhyErr    string
 	Charges   []ledger.Entry
 	ChargeErr string
@@ -417,21 +419,26 @@ func (s *Server) job(r *http.Request, output bool) (any, error) {
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
 	defer cancel()
 	id := r.PathValue("id")
-	j, err := s.cfg.Client.Job(ctx, id)
+	if err := subjects.CheckToken("job id", id); err != nil {
+		return nil, fmt.Errorf("%w: %w", errBadRequest, err)
+	}
+	j, archived, err := s.cfg.Client.Lookup(ctx, "", id)
 	if errors.Is(err, client.ErrNotFound) {
-		return nil, fmt.Errorf("job %s is not in the ledger (an archived job is shown by gpuq job): %w", id, errNotFound)
+		return nil, fmt.Errorf("job %s is neither in the ledger nor in its history: %w", id, errNotFound)
 	}
 	if err != nil {
 		return nil, err
 	}
-	v := jobView{Now: s.cfg.NowFunc(), Job: j}
+	v := jobView{Now: s.cfg.NowFunc(), Job: j, Archived: archived}
 	for _, k := range slices.Sorted(maps.Keys(j.Env)) {
 		v.Env = append(v.Env, [2]string{k, j.Env[k]})
 	}
-	if ex, err := s.cfg.Client.Explain(ctx, j.Account, j.ID); err != nil {
-		v.WhyErr = err.Error()
-	} else if ex.Status != client.NotWaiting {
-		v.Why = &queueRow{Job: j, Why: ex}
+	if archived == nil {
+		if ex, err := s.cfg.Client.Explain(ctx, j.Account, j.ID); err != nil {
+			v.WhyErr = err.Error()
+		} else if ex.Status != client.NotWaiting {
+			v.Why = &queueRow{Job: j, Why: ex}
+		}
 	}
 	if journal, err := s.cfg.Client.Journal(ctx, j.SubmittedAt.Add(-client.SealMargin)); err != nil {
 		v.ChargeErr = err.Error()
