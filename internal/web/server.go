@@ -405,7 +405,8 @@ func Serve(ctx context.Context, l net.Listener, h http.Handler) error {
 	case <-ctx.Done():
 	}
 	cancelReqs() // event streams end, so Shutdown need not wait for them
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	// An output stream notices within one pull of the logs (5 s).
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 6*time.Second)
 	defer cancel()
 	err := srv.Shutdown(sctx)
 	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {

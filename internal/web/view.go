@@ -147,7 +147,17 @@ func rowOf(ev client.Event) eventRow {
 			break
 		}
 		r.Type = string(e.Type)
-		r.Detail = strings.TrimPrefix(fmt.Sprintf("%s balance %d, available %d %s", e.Op, e.Balance, e.Available, e.Message), " ")
+		parts := []string{fmt.Sprintf("balance %d, reserved %d, available %d", e.Balance, e.Reserved, e.Available)}
+		if e.Op != "" {
+			parts = append([]string{"op " + string(e.Op)}, parts...)
+		}
+		if e.Reason != "" {
+			parts = append(parts, string(e.Reason))
+		}
+		if e.Message != "" {
+			parts = append(parts, e.Message)
+		}
+		r.Detail = strings.Join(parts, "; ")
 	case client.EventInvalid:
 		e, err := wire.DecodeInvalidEvent(ev.Body)
 		if err != nil {

@@ -139,3 +139,60 @@ func TestArgv(t *testing.T) {
 		t.Errorf("argv = %s, want %s", got, want)
 	}
 }
+
+func TestRowOf(t *testing.T) {
+	for _, tc := range []struct {
+		ev         client.Event
+		typ, about string
+	}{
+		{client.Event{Kind: client.EventJob, Account: "demo", Job: "j1",
+			Body: []byte(`{"v":1,"type":"succeeded","seq":5,"job":"j1","account":"demo","attempt":1,"host":"sim-1","reason":"","message":"exited 0","charged":20,"balance":980,"available":980}`)},
+			"succeeded", "attempt 1, on sim-1, charged 20, exited 0"},
+		{client.Event{Kind: client.EventAccount, Account: "demo",
+			Body: []byte(`{"v":1,"type":"granted","seq":6,"account":"demo","op_id":"g1","op":"grant","reason":"","message":"","balance":1100,"reserved":20,"available":1080}`)},
+			"granted", "op grant; balance 1100, reserved 20, available 1080"},
+		{client.Event{Kind: client.EventInvalid, Account: "demo",
+			Body: []byte(`{"v":1,"type":"rejected","seq":7,"reason":"invalid","message":"bad json"}`)},
+			"rejected", "invalid: bad json"},
+		{client.Event{Kind: client.EventJob, Account: "demo", Job: "j1", Body: []byte(`{"v":2}`)}, "?", ""},
+	} {
+		r := rowOf(tc.ev)
+		if r.Type != tc.typ || tc.about != "" && r.Detail != tc.about || tc.typ == "?" && r.Detail == "" {
+			t.Errorf("rowOf(%s) = type %q, detail %q; want %q, %q", tc.ev.Body, r.Type, r.Detail, tc.typ, tc.about)
+		}
+	}
+}
+
+// The recent events keep the last RecentEvents, newest first; a page that
+// falls behind by more than its buffer is dropped, not waited for; a job's
+// end makes the next usage report a fresh read.
+func TestPublish(t *testing.T) {
+	s, err := New(Config{Client: &client.Client{}, RecentEvents: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := s.subscribe()
+	s.usage = &usageView{}
+	for i := range subscriberBuffer + 1 {
+		typ := "started"
+		if i == 4 {
+			typ = "succeeded"
+		}
+		s.publish(eventRow{StreamSeq: uint64(i + 1), Kind: client.EventJob, Type: typ})
+		if i == 4 && s.usage != nil {
+			t.Error("a succeeded job left the usage report cached")
+		}
+	}
+	recent, _, _ := s.recentEvents()
+	if len(recent) != 3 || recent[0].StreamSeq != subscriberBuffer+1 || recent[2].StreamSeq != subscriberBuffer-1 {
+		t.Errorf("recent events = %+v, want the last 3, newest first", recent)
+	}
+	n := 0
+	for range slow {
+		n++
+	}
+	if n != subscriberBuffer {
+		t.Errorf("the slow subscriber got %d events before its channel closed, want %d", n, subscriberBuffer)
+	}
+	s.unsubscribe(slow) // already dropped: no double close
+}
