@@ -1,6 +1,7 @@
 // The dashboard, tested in a real headless Chromium driven by chromedp:
 // gpuq dev serves it, the test opens it, submits a job through the CLI and
-// watches the job appear and finish on the page without a reload, while a
+// watches the job appear and finish on the page without a reload (and a
+// second one wait in the queue, saying why, then run), while a
 // second tab shows the job's page and its output arriving live. The job's
 // command and output are hostile markup, which must show as text and never
 // run. Screenshots are kept in $GPUQ_WEB_ARTIFACTS (default a temporary
@@ -158,6 +159,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	waitFor(dash, "the job appears on the dashboard as running, without a reload",
 		`document.querySelector('#running tr[data-job="web-1"][data-state="running"]') !== null && window.gpuqSamePage === "yes"`)
 	waitFor(dash, "its GPUs show it on the host", `document.querySelectorAll('#hosts tr[data-job="web-1"]').length === 2`)
+	// A job that cannot start while web-1 holds two of the eight GPUs waits
+	// in the queue, with the scheduler's reason.
+	d.ok("submit", "--account", "demo", "--id", "web-2", "--gpus", "8", "--cost", "5", "--", "true")
+	waitFor(dash, "the waiting job shows in the queue with why it waits",
+		`Array.from(document.querySelectorAll('#queue tr[data-job="web-2"] .blocker')).some(b => b.textContent.includes("no_free_gpus")) && window.gpuqSamePage === "yes"`)
 	shot(t, dash, shots, "dashboard-running")
 
 	// The job's page, in a second tab, from the dashboard's link.
@@ -184,8 +190,8 @@ func TestDashboardInBrowser(t *testing.T) {
 		`Array.from(document.querySelectorAll("td")).some(td => td.textContent === "settle")`)
 	shot(t, jobTab, shots, "job-page")
 
-	waitFor(dash, "the dashboard shows the job finished, without a reload",
-		`document.querySelector('#recent tr[data-job="web-1"][data-state="succeeded"]') !== null && window.gpuqSamePage === "yes"`)
+	waitFor(dash, "the dashboard shows both jobs finished, without a reload",
+		`document.querySelector('#recent tr[data-job="web-1"][data-state="succeeded"]') !== null && document.querySelector('#recent tr[data-job="web-2"][data-state="succeeded"]') !== null && window.gpuqSamePage === "yes"`)
 	waitFor(dash, "the dashboard lists the job's events", `document.querySelectorAll('#events a[href="/jobs/web-1"]').length >= 4`)
 	waitFor(dash, "the usage plot shows the job's charge, without a reload",
 		`Array.from(document.querySelectorAll("#usage svg rect title")).some(t => /^demo, .*: 20 credits$/.test(t.textContent)) && window.gpuqSamePage === "yes"`)

@@ -192,6 +192,7 @@ type liveView struct {
 	JobsErr    string
 	Queue      []queueRow
 	QueueMore  int // waiting jobs past maxExplained, not asked why
+	Unseen     int // waiting jobs no published pass has looked at yet
 	Running    []*ledger.Job
 	Recent     []*ledger.Job
 	Reserved   []*ledger.Job // jobs holding credits
@@ -291,6 +292,9 @@ func (s *Server) live(r *http.Request) (any, error) {
 				row.WhyErr = err.Error()
 			}
 			row.Why = ex
+			if ex.Status == client.NotSeen && v.Leader != nil { // with none leading, none will look soon
+				v.Unseen++
+			}
 			v.Queue = append(v.Queue, row)
 		}
 	}

@@ -56,8 +56,15 @@
     if (refreshUsage && finals.has(ev.type)) refreshUsage();
     if (refreshJob && ev.job === job.dataset.job) refreshJob();
   });
-  // Heartbeats and the scheduler's explanations change without events.
+  // Heartbeats and the scheduler's explanations change without events:
+  // every 5 s, and every second while a waiting job has no explanation yet.
   setInterval(() => { if (refreshLive) refreshLive(); if (refreshJob) refreshJob(); }, 5000);
+  function soon() {
+    const q = document.querySelector("#queue[data-unseen]");
+    if (q && Number(q.dataset.unseen) > 0 && refreshLive) setTimeout(refreshLive, 1000);
+  }
+  document.addEventListener("gpuq:refreshed", (e) => { if (e.target === live) soon(); });
+  soon();
 
   // A job's output: follow the attempt the page shows, after the chunks
   // it already has; start following once the job has an attempt.
