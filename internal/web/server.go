@@ -66,8 +66,13 @@ func (c *Config) validate() error {
 }
 
 // usageTTL is how long a usage report is reused: a report reads the whole
-// ledger and the journal of the days it covers.
-const usageTTL = 15 * time.Second
+// ledger and the journal of the days it covers. After a job ends it is
+// read again, but not more often than every usageMinAge, however many jobs
+// end.
+const (
+	usageTTL    = 15 * time.Second
+	usageMinAge = 2 * time.Second
+)
 
 // finalTypes are the job event types that end a job, and so change usage.
 var finalTypes = map[string]bool{"succeeded": true, "failed": true, "cancelled": true}
@@ -82,13 +87,14 @@ type Server struct {
 	log  *slog.Logger
 	tmpl *template.Template
 
-	mu        sync.Mutex
-	recent    []eventRow // oldest first, at most cfg.RecentEvents
-	following bool       // Run's consumer is reading the stream
-	followErr string     // why it is not, once it failed
-	subs      map[chan eventRow]struct{}
-	usage     *usageView // the last usage report, nil until read
-	usageAt   time.Time
+	mu         sync.Mutex
+	recent     []eventRow // oldest first, at most cfg.RecentEvents
+	following  bool       // Run's consumer is reading the stream
+	followErr  string     // why it is not, once it failed
+	subs       map[chan eventRow]struct{}
+	usage      *usageView // the last usage report, nil until read
+	usageAt    time.Time
+	usageStale bool // a job ended since it was read
 }
 
 // New returns a server over cfg.Client. It returns an error for a Config
@@ -158,7 +164,7 @@ func (s *Server) publish(ev eventRow) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ev.Kind == client.EventJob && finalTypes[ev.Type] {
-		s.usage = nil // a job ended: the next usage report is read afresh
+		s.usageStale = true // a job ended: the next usage report is read afresh
 	}
 	s.recent = append(s.recent, ev)
 	if over := len(s.recent) - s.cfg.RecentEvents; over > 0 {

@@ -347,7 +347,8 @@ type usageView struct {
 
 func (s *Server) usagePart(r *http.Request) (any, error) {
 	s.mu.Lock()
-	if s.usage != nil && time.Since(s.usageAt) < usageTTL {
+	age := time.Since(s.usageAt)
+	if s.usage != nil && age < usageTTL && (!s.usageStale || age < usageMinAge) {
 		v := *s.usage
 		s.mu.Unlock()
 		return v, nil
@@ -366,7 +367,7 @@ func (s *Server) usagePart(r *http.Request) (any, error) {
 	}
 	v.Charts = usageCharts(rep, since, s.cfg.UsageDays)
 	s.mu.Lock()
-	s.usage, s.usageAt = &v, time.Now()
+	s.usage, s.usageAt, s.usageStale = &v, time.Now(), false
 	s.mu.Unlock()
 	return v, nil
 }

@@ -172,15 +172,14 @@ func TestPublish(t *testing.T) {
 		t.Fatal(err)
 	}
 	slow := s.subscribe()
-	s.usage = &usageView{}
 	for i := range subscriberBuffer + 1 {
 		typ := "started"
 		if i == 4 {
 			typ = "succeeded"
 		}
 		s.publish(eventRow{StreamSeq: uint64(i + 1), Kind: client.EventJob, Type: typ})
-		if i == 4 && s.usage != nil {
-			t.Error("a succeeded job left the usage report cached")
+		if stale := s.usageStale; stale != (i >= 4) {
+			t.Errorf("after event %d (%s), the usage report is stale = %v", i+1, typ, stale)
 		}
 	}
 	recent, _, _ := s.recentEvents()

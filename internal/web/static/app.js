@@ -59,6 +59,7 @@
   // Heartbeats and the scheduler's explanations change without events:
   // every 5 s, and every second while a waiting job has no explanation yet.
   setInterval(() => { if (refreshLive) refreshLive(); if (refreshJob) refreshJob(); }, 5000);
+  if (refreshUsage) setInterval(refreshUsage, 15000);
   function soon() {
     const q = document.querySelector("#queue[data-unseen]");
     if (q && Number(q.dataset.unseen) > 0 && refreshLive) setTimeout(refreshLive, 1000);
