@@ -30,7 +30,7 @@ func init() {
 	register(&command{
 		name:    "dev",
 		summary: "run everything on this machine: embedded NATS, a scheduler and a worker on simulated GPUs",
-		usage:   "dev [--listen HOST:PORT] [--data DIR] [--gpus N] [--model dgxh100|dgxh200] [--metrics-listen HOST:PORT]",
+		usage:   "dev [--listen HOST:PORT] [--data DIR] [--gpus N] [--model dgxh100|dgxh200] [--metrics-listen HOST:PORT] [--http HOST:PORT]",
 		example: `  go run ./cmd/gpuq dev                      # NATS on 127.0.0.1:4222, data in ~/.gpuq/dev
   gpuq dev --listen 127.0.0.1:4333 --data /tmp/gpuq --gpus 4 --model dgxh100
   # Ctrl-C stops it and keeps the data; run it again to go on where it stopped`,
@@ -79,6 +79,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	level := fs.String("log-level", "info", "log level of the embedded parts: debug, info (host loss, leader changes, rejected commands), warn or error")
 	retention := fs.Duration("job-retention", scheduler.DefaultJobRetention, "how long a finished job stays in the ledger before it moves to history")
 	metricsAddr := fs.String("metrics-listen", "127.0.0.1:0", "serve Prometheus /metrics, /healthz and /readyz on this HOST:PORT (port 0: a free one; empty: off)")
+	httpAddr := fs.String("http", "127.0.0.1:0", "serve the read-only web dashboard on this HOST:PORT (port 0: a free one; empty: off)")
 	if err := e.parseNoArgs(c, fs, args); err != nil {
 		return err
 	}
@@ -152,6 +153,10 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	ws, err := listenWeb(*httpAddr)
+	if err != nil {
+		return err
+	}
 	metricsLine := ""
 	if ms != nil {
 		if so.metrics, err = metrics.NewScheduler(ms.reg); err != nil {
@@ -169,6 +174,16 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	svc, err := startScheduler(ctx, nc, n, so, log)
 	if err != nil {
 		return err
+	}
+	// After the scheduler has made the streams the dashboard follows.
+	stopWeb, err := ws.start(context.WithoutCancel(ctx), cl, log)
+	if err != nil {
+		return err
+	}
+	defer stopWeb()
+	dashboardLine := ""
+	if ws != nil {
+		dashboardLine = fmt.Sprintf("  dashboard  %s  (read-only)\n", ws.url())
 	}
 	w, err := newWorker(ctx, nc, n, o, gpu, log)
 	if err != nil {
@@ -218,14 +233,14 @@ func runDev(ctx context.Context, e *env, args []string) error {
   scheduler  leading
   worker     %s with %d simulated %s (go-nvml mock devices, not real hardware)
   account    %s
-%s
+%s%s
 Try, in another terminal:
   %s submit --account demo --gpus 2 --cost 50 --wait -- sh -c 'echo hello from $CUDA_VISIBLE_DEVICES'
   %s jobs
   %s hosts
 
 Ctrl-C stops it; the data stays in %s.
-`, url, *data, o.host, o.gpus, model, demo, metricsLine, me, me, me, *data)
+`, url, *data, o.host, o.gpus, model, demo, metricsLine, dashboardLine, me, me, me, *data)
 
 	select {
 	case <-ctx.Done():

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gpuq/gpuq/client"
 	"github.com/gpuq/gpuq/internal/metrics"
 	"github.com/gpuq/gpuq/internal/natsbus"
 	"github.com/gpuq/gpuq/internal/natsstore"
@@ -28,7 +29,7 @@ func init() {
 	register(&command{
 		name:    "scheduler",
 		summary: "run a scheduler: fold the command log into the ledger and dispatch jobs",
-		usage:   "scheduler [--nats URL] [--creds FILE] [--name NAME] [--replicas 1|3] [--job-retention D] [--history-max-age D] [--metrics-listen ADDR]",
+		usage:   "scheduler [--nats URL] [--creds FILE] [--name NAME] [--replicas 1|3] [--job-retention D] [--history-max-age D] [--metrics-listen ADDR] [--http ADDR]",
 		example: `  gpuq scheduler --nats nats://nats-1:4222,nats://nats-2:4222 --creds scheduler.creds --replicas 3
   # run two or three: one leads, the others wait on the lease and take over within seconds
   # later schedulers can leave --replicas out: they adopt what exists and never lower it
@@ -148,6 +149,7 @@ func runSchedulerCmd(ctx context.Context, e *env, args []string) error {
 		"how long a finished job stays in the ledger before it moves to the history stream (a positive duration, e.g. 168h)")
 	fs.DurationVar(&o.retention.HistoryMaxAge, "history-max-age", 0, "how long the history stream keeps archived jobs (0: for good)")
 	metricsAddr := fs.String("metrics-listen", "", "serve Prometheus /metrics, /healthz and /readyz on this HOST:PORT (default off)")
+	httpAddr := fs.String("http", "", "serve the read-only web dashboard on this HOST:PORT, read with this scheduler's credentials (default off)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if err := e.parseNoArgs(c, fs, args); err != nil {
 		return err
@@ -178,6 +180,10 @@ func runSchedulerCmd(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	ws, err := listenWeb(*httpAddr)
+	if err != nil {
+		return err
+	}
 	if ms != nil {
 		if o.metrics, err = metrics.NewScheduler(ms.reg); err != nil {
 			return err
@@ -193,6 +199,18 @@ func runSchedulerCmd(ctx context.Context, e *env, args []string) error {
 			return nil // a signal while waiting for the server
 		}
 		return err
+	}
+	cl, err := client.New(nc, client.WithPrefix(n.Prefix()), client.WithTimeout(e.conn.timeout))
+	if err != nil {
+		return err
+	}
+	stopWeb, err := ws.start(ctx, cl, log)
+	if err != nil {
+		return err
+	}
+	defer stopWeb()
+	if ws != nil {
+		log.Info("serving the dashboard", slog.String("url", ws.url()))
 	}
 	log.Info("scheduler running", slog.String("name", o.name), slog.String("nats", e.conn.url))
 	return svc.Run(ctx)
