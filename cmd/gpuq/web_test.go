@@ -275,6 +275,11 @@ func TestSchedulerServesDashboard(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// The page says who holds the lease and who stands by: the operator's
+	// first question at night.
+	if !strings.Contains(body, `id="health" data-healthy="yes"`) || !strings.Contains(body, "Lease held by <b>dev</b>") {
+		t.Errorf("the dashboard does not show a healthy installation led by dev:\n%s", body)
+	}
 	for path, want := range map[string]int{"jobs/no-such-job": 404, "jobs/no-such-job/output": 404, "jobs/bad..id": 400, "jobs/bad..id/output": 400,
 		"parts/live": 200, "parts/usage": 200, "static/app.js": 200, "nowhere": 404} {
 		resp, err := http.Get(url + path)

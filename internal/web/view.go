@@ -188,6 +188,10 @@ type liveView struct {
 	Now       time.Time
 	Leader    *wire.SchedulerFact
 	LeaderErr string
+	// Status is the installation at a glance (client.Status): the lease,
+	// the standbys, the checkpoint's lag and what could not be read.
+	Status    *client.Status
+	StatusErr string
 
 	JobsErr    string
 	Queue      []queueRow
@@ -245,6 +249,11 @@ func (s *Server) live(r *http.Request) (any, error) {
 	v := liveView{Now: s.cfg.NowFunc()}
 	v.Events, v.Following, v.FollowErr = s.recentEvents()
 
+	if st, err := s.cfg.Client.Status(ctx); err == nil {
+		v.Status = &st
+	} else {
+		v.StatusErr = err.Error()
+	}
 	if f, err := s.cfg.Client.SchedulerConfig(ctx); err == nil {
 		v.Leader = &f
 	} else if errors.Is(err, client.ErrNotFound) {
