@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // Command is one entry of the command log: a [Submit], [Cancel], [Admin],
@@ -39,6 +40,9 @@ type Submit struct {
 	// Hold makes a submission the account cannot pay for wait, unreserved,
 	// instead of being rejected.
 	Hold bool
+	// Name is a display name, printable text of at most [MaxNameBytes];
+	// empty is none. It is not an id: many jobs may share one.
+	Name string
 }
 
 // Cancel asks for a job of Account to be stopped. A pending job is cancelled
@@ -218,7 +222,24 @@ func (s Submit) Validate() error {
 	if s.MaxAttempts < 0 || s.MaxAttempts > MaxMaxAttempts {
 		bad("max_attempts %d is out of range [1, %d]", s.MaxAttempts, MaxMaxAttempts)
 	}
+	errs = append(errs, nonNil(checkPrintable("name", s.Name, MaxNameBytes))...)
 	return joinProblems(errs)
+}
+
+// checkPrintable reports whether s, the what of a command, is at most max
+// bytes of valid UTF-8 with only printable characters (letters, marks,
+// numbers, punctuation, symbols and the ASCII space): no control
+// characters, no line breaks.
+func checkPrintable(what, s string, max int) error {
+	if err := checkText(what, s, max); err != nil {
+		return err
+	}
+	for i, r := range s {
+		if !unicode.IsPrint(r) {
+			return fmt.Errorf("%s has the character %U at byte %d; want printable text without control characters or line breaks", what, r, i)
+		}
+	}
+	return nil
 }
 
 func checkCommand(cmd []string) error {

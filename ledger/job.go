@@ -64,6 +64,8 @@ type Job struct {
 	// Hold asks to wait, unreserved, when the account cannot pay yet,
 	// instead of being rejected.
 	Hold bool `json:"hold,omitempty"`
+	// Name is the submitter's display name for the job, if any.
+	Name string `json:"name,omitempty"`
 
 	State JobState `json:"state"`
 	// Attempt is the number of the current or last dispatch; 0 before the
@@ -137,5 +139,6 @@ func (j *Job) sameTerms(s Submit) bool {
 	return j.Account == s.Account && j.Priority == s.Priority && j.GPUs == s.GPUs &&
 		(j.Metered || j.Cost == s.Cost) && j.Metered == s.Metered && j.Hold == s.Hold &&
 		slices.Equal(j.Command, s.Command) && maps.Equal(j.Env, s.Env) &&
-		j.Walltime == s.Walltime && j.MaxAttempts == s.MaxAttempts
+		j.Walltime == s.Walltime && j.MaxAttempts == s.MaxAttempts &&
+		j.Name == s.Name
 }

@@ -56,4 +56,6 @@ const (
 	// ordinary worker rejection, so no job is retried forever and its
 	// record of attempts stays bounded.
 	MaxBusyRefusals = 20
+	// MaxNameBytes bounds a job's display name (printable text).
+	MaxNameBytes = 128
 )

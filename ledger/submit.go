@@ -178,6 +178,7 @@ func newJob(c Submit, submitSeq uint64, t *tx) *Job {
 		MaxAttempts: c.MaxAttempts,
 		Metered:     c.Metered,
 		Hold:        c.Hold,
+		Name:        c.Name,
 		SubmitSeq:   submitSeq,
 		SubmittedAt: t.at,
 	}
@@ -214,6 +215,9 @@ func termDiff(j *Job, c Submit) string {
 	}
 	if j.MaxAttempts != c.MaxAttempts {
 		d = append(d, fmt.Sprintf("max_attempts %d, not %d", j.MaxAttempts, c.MaxAttempts))
+	}
+	if j.Name != c.Name {
+		d = append(d, fmt.Sprintf("name %s, not %s", preview(j.Name), preview(c.Name)))
 	}
 	return "it has " + strings.Join(d, ", ")
 }

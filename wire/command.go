@@ -161,6 +161,7 @@ func DecodeSubmit(account string, data []byte) (ledger.Submit, error) {
 		Walltime:    f.duration("walltime", false),
 		MaxAttempts: f.int("max_attempts", false),
 		Hold:        f.bool("hold"),
+		Name:        f.str("name", false),
 	}
 	if err := checkAccount(f, account); err != nil {
 		return ledger.Submit{}, &DecodeError{Account: account, Job: s.ID, Reason: ledger.ReasonAccountMismatch, Err: err}
@@ -185,6 +186,7 @@ type submitBody struct {
 	Walltime    string            `json:"walltime,omitempty"`
 	MaxAttempts int               `json:"max_attempts,omitempty"`
 	Hold        bool              `json:"hold,omitempty"`
+	Name        string            `json:"name,omitempty"`
 }
 
 // EncodeSubmit returns the message that submits s. It fails if s would be
@@ -195,6 +197,7 @@ func EncodeSubmit(n subjects.Names, s ledger.Submit) (Message, error) {
 	}
 	body := submitBody{V: Version, ID: s.ID, Priority: s.Priority, GPUs: s.GPUs,
 		Command: s.Command, Env: s.Env, MaxAttempts: s.MaxAttempts, Hold: s.Hold}
+	body.Name = s.Name
 	if !s.Metered {
 		body.Cost = &s.Cost
 	}

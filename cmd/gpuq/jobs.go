@@ -18,7 +18,7 @@ func init() {
 	register(&command{
 		name:    "submit",
 		summary: "submit a job: reserve its cost and queue it",
-		usage:   "submit [--id ID] [--account A] [--priority P] [--gpus N] [--cost C] [--walltime D] [--hold] [--env K=V]... [--wait] -- CMD ARGS…",
+		usage:   "submit [--id ID] [--name NAME] [--account A] [--priority P] [--gpus N] [--cost C] [--walltime D] [--hold] [--env K=V]... [--wait] -- CMD ARGS…",
 		example: `  gpuq submit --account vision --gpus 2 --cost 120 --walltime 2h -- python train.py --epochs 10
   gpuq submit --id train-42 --account vision --gpus 1 --cost 10 --wait -- sh -c 'nvidia-smi -L'
   gpuq submit --account vision --gpus 8 --walltime 4h -- python train.py   # metered: no --cost
@@ -86,6 +86,7 @@ func runSubmit(ctx context.Context, e *env, args []string) error {
 	fs.DurationVar(&s.Walltime, "walltime", ledger.DefaultWalltime, "longest the job may run")
 	fs.IntVar(&s.MaxAttempts, "max-attempts", ledger.DefaultMaxAttempts, "attempts when a host is lost or fails")
 	fs.Var(env, "env", "an environment variable for the job, K=V (repeatable)")
+	fs.StringVar(&s.Name, "name", "", "a display name for the job, shown by gpuq job and gpuq jobs (printable text, at most 128 bytes)")
 	wait := fs.Bool("wait", false, "follow the job until it ends")
 	cmd, err := e.parse(c, fs, args)
 	if err != nil {
@@ -257,6 +258,7 @@ func stateList() string {
 // jobRow is a job as jobs lists it.
 type jobRow struct {
 	ID        string          `json:"id"`
+	Name      string          `json:"name,omitempty"`
 	Account   string          `json:"account"`
 	State     ledger.JobState `json:"state"`
 	Priority  int             `json:"priority"`
@@ -275,7 +277,7 @@ type jobRow struct {
 }
 
 func rowOf(j *ledger.Job) jobRow {
-	return jobRow{ID: j.ID, Account: j.Account, State: j.State, Priority: j.Priority, GPUs: j.GPUs,
+	return jobRow{ID: j.ID, Name: j.Name, Account: j.Account, State: j.State, Priority: j.Priority, GPUs: j.GPUs,
 		Cost: j.Cost, Reserved: j.Reserved, Charged: j.Charged, Attempt: j.Attempt, Host: j.Host, Reason: j.Reason,
 		Submitted: j.SubmittedAt, Ended: j.EndedAt}
 }
@@ -325,15 +327,15 @@ func runJobs(ctx context.Context, e *env, args []string) error {
 		return printJSON(e.stdout, rows)
 	}
 	if byEnd {
-		t := newTable(e.stdout, "JOB", "ACCOUNT", "STATE", "PRI", "GPUS", "COST", "CHARGED", "ATTEMPT", "HOST", "SUBMITTED", "ENDED", "ARCHIVED", "REASON")
+		t := newTable(e.stdout, "JOB", "NAME", "ACCOUNT", "STATE", "PRI", "GPUS", "COST", "CHARGED", "ATTEMPT", "HOST", "SUBMITTED", "ENDED", "ARCHIVED", "REASON")
 		for _, r := range rows {
-			t.row(r.ID, r.Account, r.State, r.Priority, r.GPUs, r.Cost, r.Charged, r.Attempt, dash(r.Host), when(r.Submitted), when(r.Ended), when(r.Archived), dash(string(r.Reason)))
+			t.row(r.ID, dash(r.Name), r.Account, r.State, r.Priority, r.GPUs, r.Cost, r.Charged, r.Attempt, dash(r.Host), when(r.Submitted), when(r.Ended), when(r.Archived), dash(string(r.Reason)))
 		}
 		return t.flush()
 	}
-	t := newTable(e.stdout, "JOB", "ACCOUNT", "STATE", "PRI", "GPUS", "COST", "CHARGED", "ATTEMPT", "HOST", "SUBMITTED", "REASON")
+	t := newTable(e.stdout, "JOB", "NAME", "ACCOUNT", "STATE", "PRI", "GPUS", "COST", "CHARGED", "ATTEMPT", "HOST", "SUBMITTED", "REASON")
 	for _, r := range rows {
-		t.row(r.ID, r.Account, r.State, r.Priority, r.GPUs, r.Cost, r.Charged, r.Attempt, dash(r.Host), when(r.Submitted), dash(string(r.Reason)))
+		t.row(r.ID, dash(r.Name), r.Account, r.State, r.Priority, r.GPUs, r.Cost, r.Charged, r.Attempt, dash(r.Host), when(r.Submitted), dash(string(r.Reason)))
 	}
 	return t.flush()
 }
@@ -381,7 +383,11 @@ func runJob(ctx context.Context, e *env, args []string) error {
 		return printJSON(e.stdout, j)
 	}
 	w := e.stdout
-	fmt.Fprintf(w, "job       %s\naccount   %s\nstate     %s", j.ID, j.Account, j.State)
+	fmt.Fprintf(w, "job       %s\n", j.ID)
+	if j.Name != "" {
+		fmt.Fprintf(w, "name      %s\n", j.Name)
+	}
+	fmt.Fprintf(w, "account   %s\nstate     %s", j.Account, j.State)
 	if j.Reason != "" {
 		fmt.Fprintf(w, " (%s)", j.Reason)
 	}

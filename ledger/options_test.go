@@ -1,0 +1,60 @@
+// Tests of the submit options a job carries besides its price: its display
+// name, working directory, GPU model and place in an array. Each is kept in
+// the job's record, is part of its terms (another value under the same id
+// is a conflict), and is checked by the fold like every other field.
+package ledger_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gpuq/gpuq/ledger"
+	"github.com/gpuq/gpuq/ledger/ledgertest"
+)
+
+func optSubmit(id string) ledger.Submit {
+	return ledger.Submit{Account: "a", ID: id, GPUs: 1, Cost: 1, Command: []string{"true"}}
+}
+
+func TestSubmitKeepsItsName(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 100)
+	s := optSubmit("j")
+	s.Name = "resnet sweep ▸ lr 3e-4"
+	wantEvent(t, l.Apply(s), ledger.EventAccepted, "")
+	if got := l.Job("j").Name; got != s.Name {
+		t.Errorf("name = %q, want %q", got, s.Name)
+	}
+	wantEvent(t, l.Apply(s), ledger.EventIgnored, ledger.ReasonDuplicate)
+	other := s
+	other.Name = "another"
+	ev := wantEvent(t, l.Apply(other), ledger.EventRejected, ledger.ReasonDuplicateConflict)
+	if !strings.Contains(ev.Message, `name "resnet sweep ▸ lr 3e-4", not "another"`) {
+		t.Errorf("conflict message %q does not name the names", ev.Message)
+	}
+}
+
+func TestSubmitNameChecks(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, value string
+		reason      ledger.Reason
+		want        string
+	}{
+		{"line break", "two\nlines", ledger.ReasonInvalid, "printable"},
+		{"escape sequence", "red \x1b[31m", ledger.ReasonInvalid, "printable"},
+		{"invalid UTF-8", "caf\xe9", ledger.ReasonInvalid, "not valid UTF-8"},
+		{"too long", strings.Repeat("n", ledger.MaxNameBytes+1), ledger.ReasonTooLarge, "name is 129 bytes, more than 128"},
+	}
+	for _, tt := range tests {
+		l := ledgertest.NewLog(t)
+		l.Create("a", 100)
+		s := optSubmit("j")
+		s.Name = tt.value
+		ev := wantEvent(t, l.Apply(s), ledger.EventRejected, tt.reason)
+		if !strings.Contains(ev.Message, tt.want) {
+			t.Errorf("%s: message %q does not say %q", tt.name, ev.Message, tt.want)
+		}
+	}
+}
