@@ -43,6 +43,10 @@ type Submit struct {
 	// Name is a display name, printable text of at most [MaxNameBytes];
 	// empty is none. It is not an id: many jobs may share one.
 	Name string
+	// GPUModel, when set, asks for hosts whose every GPU is of this model,
+	// as NVML names it ("NVIDIA H100 80GB HBM3"), compared ignoring case;
+	// empty is any host. Printable text of at most [MaxModelBytes].
+	GPUModel string
 }
 
 // Cancel asks for a job of Account to be stopped. A pending job is cancelled
@@ -223,6 +227,7 @@ func (s Submit) Validate() error {
 		bad("max_attempts %d is out of range [1, %d]", s.MaxAttempts, MaxMaxAttempts)
 	}
 	errs = append(errs, nonNil(checkPrintable("name", s.Name, MaxNameBytes))...)
+	errs = append(errs, nonNil(checkPrintable("gpu_model", s.GPUModel, MaxModelBytes))...)
 	return joinProblems(errs)
 }
 

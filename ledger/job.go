@@ -66,6 +66,9 @@ type Job struct {
 	Hold bool `json:"hold,omitempty"`
 	// Name is the submitter's display name for the job, if any.
 	Name string `json:"name,omitempty"`
+	// GPUModel is the GPU model the job asks for; empty is any. The
+	// scheduler places it only on hosts whose every GPU is that model.
+	GPUModel string `json:"gpu_model,omitempty"`
 
 	State JobState `json:"state"`
 	// Attempt is the number of the current or last dispatch; 0 before the
@@ -140,5 +143,6 @@ func (j *Job) sameTerms(s Submit) bool {
 		(j.Metered || j.Cost == s.Cost) && j.Metered == s.Metered && j.Hold == s.Hold &&
 		slices.Equal(j.Command, s.Command) && maps.Equal(j.Env, s.Env) &&
 		j.Walltime == s.Walltime && j.MaxAttempts == s.MaxAttempts &&
-		j.Name == s.Name
+		j.Name == s.Name &&
+		j.GPUModel == s.GPUModel
 }

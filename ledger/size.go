@@ -259,7 +259,8 @@ func roughSize(v any) int {
 	case *Job:
 		n := fixedBytes + str(v.ID) + str(v.Account) + strs(v.Command) + env(v.Env) + str(v.Host) + strs(v.Devices) +
 			str(v.Model) + str(string(v.Reason)) + str(v.Message) +
-			str(v.Name)
+			str(v.Name) +
+			str(v.GPUModel)
 		for _, a := range v.Attempts {
 			n += fixedElem + str(a.Host) + str(string(a.Reason)) + str(a.Message)
 		}

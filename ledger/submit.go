@@ -179,6 +179,7 @@ func newJob(c Submit, submitSeq uint64, t *tx) *Job {
 		Metered:     c.Metered,
 		Hold:        c.Hold,
 		Name:        c.Name,
+		GPUModel:    c.GPUModel,
 		SubmitSeq:   submitSeq,
 		SubmittedAt: t.at,
 	}
@@ -218,6 +219,9 @@ func termDiff(j *Job, c Submit) string {
 	}
 	if j.Name != c.Name {
 		d = append(d, fmt.Sprintf("name %s, not %s", preview(j.Name), preview(c.Name)))
+	}
+	if j.GPUModel != c.GPUModel {
+		d = append(d, fmt.Sprintf("gpu_model %s, not %s", preview(j.GPUModel), preview(c.GPUModel)))
 	}
 	return "it has " + strings.Join(d, ", ")
 }

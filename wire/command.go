@@ -162,6 +162,7 @@ func DecodeSubmit(account string, data []byte) (ledger.Submit, error) {
 		MaxAttempts: f.int("max_attempts", false),
 		Hold:        f.bool("hold"),
 		Name:        f.str("name", false),
+		GPUModel:    f.str("gpu_model", false),
 	}
 	if err := checkAccount(f, account); err != nil {
 		return ledger.Submit{}, &DecodeError{Account: account, Job: s.ID, Reason: ledger.ReasonAccountMismatch, Err: err}
@@ -187,6 +188,7 @@ type submitBody struct {
 	MaxAttempts int               `json:"max_attempts,omitempty"`
 	Hold        bool              `json:"hold,omitempty"`
 	Name        string            `json:"name,omitempty"`
+	GPUModel    string            `json:"gpu_model,omitempty"`
 }
 
 // EncodeSubmit returns the message that submits s. It fails if s would be
@@ -198,6 +200,7 @@ func EncodeSubmit(n subjects.Names, s ledger.Submit) (Message, error) {
 	body := submitBody{V: Version, ID: s.ID, Priority: s.Priority, GPUs: s.GPUs,
 		Command: s.Command, Env: s.Env, MaxAttempts: s.MaxAttempts, Hold: s.Hold}
 	body.Name = s.Name
+	body.GPUModel = s.GPUModel
 	if !s.Metered {
 		body.Cost = &s.Cost
 	}

@@ -18,11 +18,12 @@ func init() {
 	register(&command{
 		name:    "submit",
 		summary: "submit a job: reserve its cost and queue it",
-		usage:   "submit [--id ID] [--name NAME] [--account A] [--priority P] [--gpus N] [--cost C] [--walltime D] [--hold] [--env K=V]... [--wait] -- CMD ARGS…",
+		usage:   "submit [--id ID] [--name NAME] [--account A] [--priority P] [--gpus N] [--cost C] [--walltime D] [--hold] [--gpu-model MODEL] [--env K=V]... [--wait] -- CMD ARGS…",
 		example: `  gpuq submit --account vision --gpus 2 --cost 120 --walltime 2h -- python train.py --epochs 10
   gpuq submit --id train-42 --account vision --gpus 1 --cost 10 --wait -- sh -c 'nvidia-smi -L'
   gpuq submit --account vision --gpus 8 --walltime 4h -- python train.py   # metered: no --cost
   gpuq submit --account vision --gpus 2 --cost 500 --hold -- python eval.py # wait for credits
+  gpuq submit --account vision --gpus 8 --cost 90 --gpu-model "NVIDIA H200 141GB HBM3e" -- python train.py
   # --id makes a retried submit safe: the same id and terms are one job
   # without --cost the job is metered: it reserves gpus × walltime × the highest
   #   price (gpuq prices show) and is charged the runtime it uses
@@ -86,6 +87,7 @@ func runSubmit(ctx context.Context, e *env, args []string) error {
 	fs.DurationVar(&s.Walltime, "walltime", ledger.DefaultWalltime, "longest the job may run")
 	fs.IntVar(&s.MaxAttempts, "max-attempts", ledger.DefaultMaxAttempts, "attempts when a host is lost or fails")
 	fs.Var(env, "env", "an environment variable for the job, K=V (repeatable)")
+	fs.StringVar(&s.GPUModel, "gpu-model", "", "run only on hosts whose every GPU is this model, as NVML names it (gpuq hosts shows them), ignoring case")
 	fs.StringVar(&s.Name, "name", "", "a display name for the job, shown by gpuq job and gpuq jobs (printable text, at most 128 bytes)")
 	wait := fs.Bool("wait", false, "follow the job until it ends")
 	cmd, err := e.parse(c, fs, args)
@@ -401,6 +403,9 @@ func runJob(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(w, "command   %s\n", strings.Join(j.Command, " "))
 	fmt.Fprintf(w, "asks      %d GPUs, priority %d, walltime %v, %d attempts at most\n", j.GPUs, j.Priority, j.Walltime, j.MaxAttempts)
+	if j.GPUModel != "" {
+		fmt.Fprintf(w, "model     %s (only hosts whose every GPU is this model)\n", j.GPUModel)
+	}
 	pricing := "fixed cost"
 	if j.Metered {
 		pricing = "metered: reserved for gpus × walltime at the highest price, charged for the runtime used"

@@ -1,0 +1,99 @@
+// End-to-end tests of the submit options --name, --gpu-model, --workdir and
+// --array, through gpuq dev and, for two GPU models, a second simulated
+// worker joined to it.
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startWorker runs a second simulated worker against d until the test ends.
+func startWorker(t *testing.T, d *devServer, host, model string, gpus int) {
+	t.Helper()
+	state := filepath.Join(t.TempDir(), "state")
+	cmd := exec.Command(gpuqBin, "worker", "--nats", d.url, "--host", host, "--simulate", model, "--gpus", strconv.Itoa(gpus),
+		"--state-dir", state, "--job-uids", "none")
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait() // how it ended matters only if it hangs, below
+		close(done)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt) // it may have exited already
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill() // a hung worker must not hang the test run
+			t.Errorf("worker %s did not stop in 30s:\n%s", host, out.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(d.ok("hosts"), host) {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker %s did not heartbeat in 30s:\n%s", host, out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestSubmitNameAndGPUModel(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, "", "--gpus", "2", "--model", "dgxh200")
+	startWorker(t, d, "sim-h100", "dgxh100", 2)
+
+	d.ok("submit", "--id", "on-h100", "--name", "sweep ▸ lr 3e-4", "--account", "demo", "--gpus", "1", "--cost", "1",
+		"--gpu-model", "NVIDIA H100 80GB HBM3", "--wait", "--", "true")
+	d.ok("submit", "--id", "on-h200", "--account", "demo", "--gpus", "2", "--cost", "1",
+		"--gpu-model", "nvidia h200 141gb hbm3e", "--wait", "--", "true")
+	for job, host := range map[string]string{"on-h100": "sim-h100", "on-h200": "sim-1"} {
+		var j struct {
+			Host     string
+			GPUModel string `json:"gpu_model"`
+		}
+		d.json(&j, "job", job)
+		if j.Host != host || j.GPUModel == "" {
+			t.Errorf("job %s ran on %q asking for %q, want %s", job, j.Host, j.GPUModel, host)
+		}
+	}
+	if out := d.ok("job", "on-h100"); !strings.Contains(out, "name      sweep ▸ lr 3e-4") || !strings.Contains(out, "model     NVIDIA H100 80GB HBM3") {
+		t.Errorf("gpuq job on-h100 printed:\n%s", out)
+	}
+	var rows []struct{ ID, Name string }
+	d.json(&rows, "jobs")
+	named := map[string]string{}
+	for _, r := range rows {
+		named[r.ID] = r.Name
+	}
+	if named["on-h100"] != "sweep ▸ lr 3e-4" || named["on-h200"] != "" {
+		t.Errorf("gpuq jobs names = %v", named)
+	}
+	if out := d.ok("jobs"); !strings.Contains(out, "NAME") || !strings.Contains(out, "sweep ▸ lr 3e-4") {
+		t.Errorf("gpuq jobs printed:\n%s", out)
+	}
+
+	// No live host has a B200: why says so.
+	d.ok("submit", "--id", "on-b200", "--account", "demo", "--gpus", "1", "--cost", "1", "--gpu-model", "NVIDIA B200", "--", "true")
+	var ans struct {
+		Blockers []struct{ Kind, Message string }
+	}
+	d.json(&ans, "why", "on-b200")
+	if len(ans.Blockers) == 0 || ans.Blockers[0].Kind != "no_matching_host" ||
+		!strings.Contains(ans.Blockers[0].Message, `needs GPU model "NVIDIA B200"; no live host has it`) {
+		t.Errorf("why on-b200 = %+v", ans.Blockers)
+	}
+	if r := d.gpuq("submit", "--account", "demo", "--cost", "1", "--name", "two\nlines", "--", "true"); r.code == 0 ||
+		!strings.Contains(r.stderr, "printable") {
+		t.Errorf("a name with a line break: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+}
