@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -47,6 +48,11 @@ type Submit struct {
 	// as NVML names it ("NVIDIA H100 80GB HBM3"), compared ignoring case;
 	// empty is any host. Printable text of at most [MaxModelBytes].
 	GPUModel string
+	// Workdir, when set, is the job's working directory on its host: an
+	// absolute, clean path of at most [MaxWorkdirBytes]. The worker refuses
+	// an attempt whose workdir does not exist or the job's user cannot
+	// enter. Empty is the attempt's own directory.
+	Workdir string
 }
 
 // Cancel asks for a job of Account to be stopped. A pending job is cancelled
@@ -228,7 +234,23 @@ func (s Submit) Validate() error {
 	}
 	errs = append(errs, nonNil(checkPrintable("name", s.Name, MaxNameBytes))...)
 	errs = append(errs, nonNil(checkPrintable("gpu_model", s.GPUModel, MaxModelBytes))...)
+	errs = append(errs, nonNil(checkWorkdir(s.Workdir))...)
 	return joinProblems(errs)
+}
+
+// checkWorkdir reports whether dir is empty or an absolute, clean path of
+// printable text.
+func checkWorkdir(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if err := checkPrintable("workdir", dir, MaxWorkdirBytes); err != nil {
+		return err
+	}
+	if !path.IsAbs(dir) || path.Clean(dir) != dir {
+		return fmt.Errorf("workdir %s is not an absolute, clean path (want one like /data/run-7, with no . or .. parts, no repeated or trailing /)", preview(dir))
+	}
+	return nil
 }
 
 // checkPrintable reports whether s, the what of a command, is at most max

@@ -174,6 +174,8 @@ type DispatchOrder struct {
 	Command  []string
 	Env      map[string]string
 	Walltime time.Duration
+	// Workdir is the job's working directory; empty is the attempt's own.
+	Workdir string
 }
 
 // CancelOrder tells Host to stop attempt Attempt of Job, published on the

@@ -69,6 +69,9 @@ type Job struct {
 	// GPUModel is the GPU model the job asks for; empty is any. The
 	// scheduler places it only on hosts whose every GPU is that model.
 	GPUModel string `json:"gpu_model,omitempty"`
+	// Workdir is the job's working directory on its host; empty is the
+	// attempt's own directory.
+	Workdir string `json:"workdir,omitempty"`
 
 	State JobState `json:"state"`
 	// Attempt is the number of the current or last dispatch; 0 before the
@@ -144,5 +147,6 @@ func (j *Job) sameTerms(s Submit) bool {
 		slices.Equal(j.Command, s.Command) && maps.Equal(j.Env, s.Env) &&
 		j.Walltime == s.Walltime && j.MaxAttempts == s.MaxAttempts &&
 		j.Name == s.Name &&
-		j.GPUModel == s.GPUModel
+		j.GPUModel == s.GPUModel &&
+		j.Workdir == s.Workdir
 }

@@ -58,4 +58,7 @@ const (
 	MaxBusyRefusals = 20
 	// MaxNameBytes bounds a job's display name (printable text).
 	MaxNameBytes = 128
+	// MaxWorkdirBytes bounds a job's working directory, as Linux bounds a
+	// path (PATH_MAX).
+	MaxWorkdirBytes = 4096
 )

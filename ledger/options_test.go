@@ -58,3 +58,51 @@ func TestSubmitNameChecks(t *testing.T) {
 		}
 	}
 }
+
+func TestSubmitWorkdirReachesTheOrder(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 100)
+	s := optSubmit("j")
+	s.Workdir = "/data/run-7"
+	wantEvent(t, l.Apply(s), ledger.EventAccepted, "")
+	if got := l.Job("j").Workdir; got != s.Workdir {
+		t.Errorf("workdir = %q, want %q", got, s.Workdir)
+	}
+	res := l.Apply(ledger.Dispatch{Job: "j", Attempt: 1, Host: "h"})
+	o, ok := ledgertest.First[ledger.DispatchOrder](res)
+	if !ok || o.Workdir != s.Workdir {
+		t.Errorf("dispatch order = %+v, want workdir %s", o, s.Workdir)
+	}
+	other := s
+	other.Workdir = "/data/run-8"
+	ev := wantEvent(t, l.Apply(other), ledger.EventRejected, ledger.ReasonDuplicateConflict)
+	if !strings.Contains(ev.Message, `workdir "/data/run-7", not "/data/run-8"`) {
+		t.Errorf("conflict message %q does not name the workdirs", ev.Message)
+	}
+}
+
+func TestSubmitWorkdirChecks(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, value string
+		reason      ledger.Reason
+		want        string
+	}{
+		{"relative", "data/run", ledger.ReasonInvalid, "not an absolute, clean path"},
+		{"dot dot", "/data/../etc", ledger.ReasonInvalid, "not an absolute, clean path"},
+		{"trailing slash", "/data/", ledger.ReasonInvalid, "not an absolute, clean path"},
+		{"line break", "/data/a\nb", ledger.ReasonInvalid, "printable"},
+		{"too long", "/" + strings.Repeat("d", ledger.MaxWorkdirBytes), ledger.ReasonTooLarge, "more than 4096"},
+	}
+	for _, tt := range tests {
+		l := ledgertest.NewLog(t)
+		l.Create("a", 100)
+		s := optSubmit("j")
+		s.Workdir = tt.value
+		ev := wantEvent(t, l.Apply(s), ledger.EventRejected, tt.reason)
+		if !strings.Contains(ev.Message, tt.want) {
+			t.Errorf("%s: message %q does not say %q", tt.name, ev.Message, tt.want)
+		}
+	}
+}

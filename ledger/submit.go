@@ -180,6 +180,7 @@ func newJob(c Submit, submitSeq uint64, t *tx) *Job {
 		Hold:        c.Hold,
 		Name:        c.Name,
 		GPUModel:    c.GPUModel,
+		Workdir:     c.Workdir,
 		SubmitSeq:   submitSeq,
 		SubmittedAt: t.at,
 	}
@@ -222,6 +223,9 @@ func termDiff(j *Job, c Submit) string {
 	}
 	if j.GPUModel != c.GPUModel {
 		d = append(d, fmt.Sprintf("gpu_model %s, not %s", preview(j.GPUModel), preview(c.GPUModel)))
+	}
+	if j.Workdir != c.Workdir {
+		d = append(d, fmt.Sprintf("workdir %s, not %s", preview(j.Workdir), preview(c.Workdir)))
 	}
 	return "it has " + strings.Join(d, ", ")
 }

@@ -163,6 +163,7 @@ func DecodeSubmit(account string, data []byte) (ledger.Submit, error) {
 		Hold:        f.bool("hold"),
 		Name:        f.str("name", false),
 		GPUModel:    f.str("gpu_model", false),
+		Workdir:     f.str("workdir", false),
 	}
 	if err := checkAccount(f, account); err != nil {
 		return ledger.Submit{}, &DecodeError{Account: account, Job: s.ID, Reason: ledger.ReasonAccountMismatch, Err: err}
@@ -189,6 +190,7 @@ type submitBody struct {
 	Hold        bool              `json:"hold,omitempty"`
 	Name        string            `json:"name,omitempty"`
 	GPUModel    string            `json:"gpu_model,omitempty"`
+	Workdir     string            `json:"workdir,omitempty"`
 }
 
 // EncodeSubmit returns the message that submits s. It fails if s would be
@@ -201,6 +203,7 @@ func EncodeSubmit(n subjects.Names, s ledger.Submit) (Message, error) {
 		Command: s.Command, Env: s.Env, MaxAttempts: s.MaxAttempts, Hold: s.Hold}
 	body.Name = s.Name
 	body.GPUModel = s.GPUModel
+	body.Workdir = s.Workdir
 	if !s.Metered {
 		body.Cost = &s.Cost
 	}

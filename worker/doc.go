@@ -28,6 +28,12 @@
 // uids, or those marked with its job root) before its first heartbeat
 // offers the GPUs as free.
 //
+// A job that names a workdir runs there instead of in its attempt's
+// directory (which stays its HOME and TMPDIR). The worker refuses the
+// attempt, with a rejected report that says why and no charge, when the
+// workdir does not exist, is not a directory, or the job's user (its pool
+// uid, or the worker's own user) cannot search every directory down to it.
+//
 // # Claims
 //
 // A device is free when it is healthy (no Xid critical error or ECC failure

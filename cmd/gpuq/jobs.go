@@ -18,7 +18,7 @@ func init() {
 	register(&command{
 		name:    "submit",
 		summary: "submit a job: reserve its cost and queue it",
-		usage:   "submit [--id ID] [--name NAME] [--account A] [--priority P] [--gpus N] [--cost C] [--walltime D] [--hold] [--gpu-model MODEL] [--env K=V]... [--wait] -- CMD ARGS…",
+		usage:   "submit [--id ID] [--name NAME] [--account A] [--priority P] [--gpus N] [--cost C] [--walltime D] [--hold] [--gpu-model MODEL] [--workdir DIR] [--env K=V]... [--wait] -- CMD ARGS…",
 		example: `  gpuq submit --account vision --gpus 2 --cost 120 --walltime 2h -- python train.py --epochs 10
   gpuq submit --id train-42 --account vision --gpus 1 --cost 10 --wait -- sh -c 'nvidia-smi -L'
   gpuq submit --account vision --gpus 8 --walltime 4h -- python train.py   # metered: no --cost
@@ -88,6 +88,7 @@ func runSubmit(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&s.MaxAttempts, "max-attempts", ledger.DefaultMaxAttempts, "attempts when a host is lost or fails")
 	fs.Var(env, "env", "an environment variable for the job, K=V (repeatable)")
 	fs.StringVar(&s.GPUModel, "gpu-model", "", "run only on hosts whose every GPU is this model, as NVML names it (gpuq hosts shows them), ignoring case")
+	fs.StringVar(&s.Workdir, "workdir", "", "the job's working directory on its host, an absolute path that must exist there (default: the attempt's own directory)")
 	fs.StringVar(&s.Name, "name", "", "a display name for the job, shown by gpuq job and gpuq jobs (printable text, at most 128 bytes)")
 	wait := fs.Bool("wait", false, "follow the job until it ends")
 	cmd, err := e.parse(c, fs, args)
@@ -405,6 +406,9 @@ func runJob(ctx context.Context, e *env, args []string) error {
 	fmt.Fprintf(w, "asks      %d GPUs, priority %d, walltime %v, %d attempts at most\n", j.GPUs, j.Priority, j.Walltime, j.MaxAttempts)
 	if j.GPUModel != "" {
 		fmt.Fprintf(w, "model     %s (only hosts whose every GPU is this model)\n", j.GPUModel)
+	}
+	if j.Workdir != "" {
+		fmt.Fprintf(w, "workdir   %s\n", j.Workdir)
 	}
 	pricing := "fixed cost"
 	if j.Metered {

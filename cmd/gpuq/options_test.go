@@ -97,3 +97,37 @@ func TestSubmitNameAndGPUModel(t *testing.T) {
 		t.Errorf("a name with a line break: exit %d: %s%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+func TestSubmitWorkdir(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, "")
+	dir, err := os.MkdirTemp("", "gpuq-cli-workdir-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := os.Chmod(dir, 0o755); err != nil { // a pool uid must enter it when the test runs as root
+		t.Fatal(err)
+	}
+	d.ok("submit", "--id", "in-dir", "--account", "demo", "--cost", "5", "--workdir", dir, "--wait", "--", "pwd")
+	if out := d.ok("logs", "in-dir"); strings.TrimSpace(out) != dir {
+		t.Errorf("gpuq logs in-dir = %q, want the workdir %s", out, dir)
+	}
+	if out := d.ok("job", "in-dir"); !strings.Contains(out, "workdir   "+dir) {
+		t.Errorf("gpuq job in-dir printed:\n%s", out)
+	}
+	r := d.gpuq("submit", "--id", "no-dir", "--account", "demo", "--cost", "5", "--max-attempts", "1",
+		"--workdir", "/nonexistent/gpuq", "--wait", "--", "true")
+	if r.code != exitJobFailed || !strings.Contains(r.stdout, "workdir /nonexistent/gpuq does not exist on this host") ||
+		!strings.Contains(r.stdout, "nothing charged") {
+		t.Errorf("a missing workdir: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	if r := d.gpuq("submit", "--account", "demo", "--cost", "5", "--workdir", "data", "--", "true"); r.code == 0 ||
+		!strings.Contains(r.stderr, "not an absolute, clean path") {
+		t.Errorf("a relative workdir: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+}
