@@ -53,6 +53,14 @@ type Submit struct {
 	// an attempt whose workdir does not exist or the job's user cannot
 	// enter. Empty is the attempt's own directory.
 	Workdir string
+	// ArrayID, when set, makes the job task ArrayIndex of the job array
+	// ArrayID: an id (as a job id is) that the array's tasks share, so they
+	// can be listed and cancelled together. Each task is a submission of
+	// its own, with its own id and reservation; the worker gives it
+	// GPUQ_ARRAY_ID and GPUQ_ARRAY_INDEX. ArrayIndex is 0 to
+	// [MaxArrayIndex], and 0 without ArrayID.
+	ArrayID    string
+	ArrayIndex int
 }
 
 // Cancel asks for a job of Account to be stopped. A pending job is cancelled
@@ -235,6 +243,15 @@ func (s Submit) Validate() error {
 	errs = append(errs, nonNil(checkPrintable("name", s.Name, MaxNameBytes))...)
 	errs = append(errs, nonNil(checkPrintable("gpu_model", s.GPUModel, MaxModelBytes))...)
 	errs = append(errs, nonNil(checkWorkdir(s.Workdir))...)
+	switch {
+	case s.ArrayID == "" && s.ArrayIndex != 0:
+		bad("array_index %d without an array_id", s.ArrayIndex)
+	case s.ArrayID == "":
+	case s.ArrayIndex < 0 || s.ArrayIndex > MaxArrayIndex:
+		bad("array_index %d is out of range [0, %d]", s.ArrayIndex, MaxArrayIndex)
+	default:
+		errs = append(errs, nonNil(checkID("array_id", s.ArrayID))...)
+	}
 	return joinProblems(errs)
 }
 

@@ -72,6 +72,10 @@ type Job struct {
 	// Workdir is the job's working directory on its host; empty is the
 	// attempt's own directory.
 	Workdir string `json:"workdir,omitempty"`
+	// ArrayID names the job array the job is task ArrayIndex of; empty
+	// when it is no array's. An absent array_index is 0.
+	ArrayID    string `json:"array_id,omitempty"`
+	ArrayIndex int    `json:"array_index,omitempty"`
 
 	State JobState `json:"state"`
 	// Attempt is the number of the current or last dispatch; 0 before the
@@ -148,5 +152,6 @@ func (j *Job) sameTerms(s Submit) bool {
 		j.Walltime == s.Walltime && j.MaxAttempts == s.MaxAttempts &&
 		j.Name == s.Name &&
 		j.GPUModel == s.GPUModel &&
-		j.Workdir == s.Workdir
+		j.Workdir == s.Workdir &&
+		j.ArrayID == s.ArrayID && j.ArrayIndex == s.ArrayIndex
 }

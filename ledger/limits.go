@@ -61,4 +61,8 @@ const (
 	// MaxWorkdirBytes bounds a job's working directory, as Linux bounds a
 	// path (PATH_MAX).
 	MaxWorkdirBytes = 4096
+	// MaxArrayIndex bounds the index of a job array's task, and
+	// MaxArrayTasks the tasks one array submission may expand to.
+	MaxArrayIndex = 999_999
+	MaxArrayTasks = 1000
 )

@@ -47,7 +47,7 @@ func (t *tx) dispatch(c Dispatch) {
 		t.jobEvent(a.ID, j, JobEvent{Type: EventDispatched, Message: fmt.Sprintf("attempt %d sent to %s", j.Attempt, j.Host)})
 		t.emit(DispatchOrder{Host: j.Host, Job: j.ID, Account: j.Account, Attempt: j.Attempt,
 			GPUs: j.GPUs, Command: j.Command, Env: j.Env, Walltime: j.Walltime,
-			Workdir: j.Workdir})
+			Workdir: j.Workdir, ArrayID: j.ArrayID, ArrayIndex: j.ArrayIndex})
 	}
 }
 

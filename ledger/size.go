@@ -262,7 +262,7 @@ func roughSize(v any) int {
 			str(v.Model) + str(string(v.Reason)) + str(v.Message) +
 			str(v.Name) +
 			str(v.GPUModel) +
-			str(v.Workdir)
+			str(v.Workdir) + str(v.ArrayID)
 		for _, a := range v.Attempts {
 			n += fixedElem + str(a.Host) + str(string(a.Reason)) + str(a.Message)
 		}
@@ -285,7 +285,7 @@ func roughSize(v any) int {
 		return fixedBytes + str(v.Account) + str(v.Job) + str(v.OpID) + str(string(v.Reason))
 	case DispatchOrder:
 		return fixedBytes + str(v.Host) + str(v.Job) + str(v.Account) + strs(v.Command) + env(v.Env) +
-			str(v.Workdir)
+			str(v.Workdir) + str(v.ArrayID)
 	case CancelOrder:
 		return fixedBytes + str(v.Host) + str(v.Job) + str(v.Account)
 	}

@@ -181,6 +181,8 @@ func newJob(c Submit, submitSeq uint64, t *tx) *Job {
 		Name:        c.Name,
 		GPUModel:    c.GPUModel,
 		Workdir:     c.Workdir,
+		ArrayID:     c.ArrayID,
+		ArrayIndex:  c.ArrayIndex,
 		SubmitSeq:   submitSeq,
 		SubmittedAt: t.at,
 	}
@@ -226,6 +228,9 @@ func termDiff(j *Job, c Submit) string {
 	}
 	if j.Workdir != c.Workdir {
 		d = append(d, fmt.Sprintf("workdir %s, not %s", preview(j.Workdir), preview(c.Workdir)))
+	}
+	if j.ArrayID != c.ArrayID || j.ArrayIndex != c.ArrayIndex {
+		d = append(d, fmt.Sprintf("array task %s[%d], not %s[%d]", preview(j.ArrayID), j.ArrayIndex, preview(c.ArrayID), c.ArrayIndex))
 	}
 	return "it has " + strings.Join(d, ", ")
 }

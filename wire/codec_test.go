@@ -57,6 +57,9 @@ var genCommands = map[string]*rapid.Generator[ledger.Command]{
 			Hold:        rapid.Bool().Draw(t, "hold"),
 		}
 		s.Name = genName.Draw(t, "name")
+		if rapid.Bool().Draw(t, "in_array") {
+			s.ArrayID, s.ArrayIndex = genToken.Draw(t, "array_id"), rapid.IntRange(0, ledger.MaxArrayIndex).Draw(t, "array_index")
+		}
 		s.Workdir = rapid.SampledFrom([]string{"", "/", "/data/run-7", "/home/ana/é"}).Draw(t, "workdir")
 		s.GPUModel = rapid.SampledFrom([]string{"", "NVIDIA H100 80GB HBM3", "NVIDIA H200 141GB HBM3e"}).Draw(t, "gpu_model")
 		if s.Metered = rapid.Bool().Draw(t, "metered"); !s.Metered {

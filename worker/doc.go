@@ -9,7 +9,8 @@
 // worker's (PATH, LANG, LC_*, TZ, TERM, LD_LIBRARY_PATH, CUDA_HOME,
 // CUDA_PATH), its own, and gpuq's (CUDA_VISIBLE_DEVICES,
 // NVIDIA_VISIBLE_DEVICES, GPUQ_JOB_ID, GPUQ_ACCOUNT, GPUQ_ATTEMPT,
-// GPUQ_SANDBOX, and HOME and TMPDIR set to the attempt's directory): never
+// GPUQ_SANDBOX, GPUQ_ARRAY_ID and GPUQ_ARRAY_INDEX for a task of a job
+// array, and HOME and TMPDIR set to the attempt's directory): never
 // the worker's NATS settings or any other secret. The worker makes itself
 // non-dumpable, so no process of its user can read its environment,
 // memory or open files through /proc. Each attempt runs in a fresh

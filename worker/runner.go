@@ -25,6 +25,10 @@ type Spec struct {
 	// Workdir is the job's working directory, checked by the worker
 	// before the attempt starts (see workdir.go); empty is Dir.
 	Workdir string
+	// ArrayID and ArrayIndex place the job in its job array, if any
+	// (GPUQ_ARRAY_ID and GPUQ_ARRAY_INDEX).
+	ArrayID    string
+	ArrayIndex int
 }
 
 // Outcome is how an attempt's process ended.

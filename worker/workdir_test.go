@@ -83,3 +83,27 @@ func TestWorkdir(t *testing.T) {
 		})
 	}
 }
+
+// TestArrayTaskEnv: a task of a job array sees its array's id and its
+// index in GPUQ_ARRAY_ID and GPUQ_ARRAY_INDEX (a real child prints them);
+// a job of no array sees neither.
+func TestArrayTaskEnv(t *testing.T) {
+	t.Parallel()
+	bus := newFakeBus()
+	startSandboxed(t, mode{name: "worker-user"}, bus, 1, nil)
+	o := dispatchOrder("sweep-7", 1, 1, "sh", "-c", `echo "id=${GPUQ_ARRAY_ID-unset} index=${GPUQ_ARRAY_INDEX-unset}"`)
+	o.ArrayID, o.ArrayIndex = "sweep", 7
+	bus.sendOrder(t, o)
+	for _, want := range []ledger.ReportType{ledger.ReportStarted, ledger.ReportDone} {
+		if r := bus.nextReport(t); r.Type != want {
+			t.Fatalf("report %+v, want %s", r, want)
+		}
+	}
+	if out := bus.output("sweep-7", 1); !strings.HasPrefix(out, "id=sweep index=7\n") {
+		t.Errorf("the array task printed %q", out)
+	}
+	_, out := runJob(t, bus, "alone", "sh", "-c", `echo "id=${GPUQ_ARRAY_ID-unset} index=${GPUQ_ARRAY_INDEX-unset}"`)
+	if !strings.HasPrefix(out, "id=unset index=unset\n") {
+		t.Errorf("a job of no array printed %q", out)
+	}
+}

@@ -558,7 +558,7 @@ func (w *Worker) dispatch(run, ctx context.Context, o ledger.DispatchOrder) bool
 		devs[i] = d.UUID
 	}
 	r := &attempt{jail: jail, spec: Spec{Attempt: a, Account: o.Account, Command: o.Command, Env: o.Env, Devices: devs,
-		Walltime: o.Walltime, Dir: jail.dir, Workdir: o.Workdir}}
+		Walltime: o.Walltime, Dir: jail.dir, Workdir: o.Workdir, ArrayID: o.ArrayID, ArrayIndex: o.ArrayIndex}}
 	w.mu.Lock()
 	w.running[a] = r
 	w.mu.Unlock()

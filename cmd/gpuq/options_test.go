@@ -131,3 +131,126 @@ func TestSubmitWorkdir(t *testing.T) {
 		t.Errorf("a relative workdir: exit %d: %s%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// TestSubmitArray: --array submits one task per index, each reserving its
+// own cost, with GPUQ_ARRAY_INDEX set; a task the account cannot pay for is
+// reported rejected while the others stay submitted (exit 4); jobs --array
+// lists the tasks and cancel --array cancels the unfinished ones, one
+// cancel per task.
+func TestSubmitArray(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, "", "--gpus", "2")
+	d.ok("submit", "--id", "idx", "--array", "1,3", "--account", "demo", "--cost", "1", "--", "sh", "-c", "echo index=$GPUQ_ARRAY_INDEX")
+	for _, i := range []string{"1", "3"} {
+		waitState(t, d, "idx-"+i, "succeeded")
+		if out := d.ok("logs", "idx-"+i); strings.TrimSpace(out) != "index="+i {
+			t.Errorf("gpuq logs idx-%s = %q", i, out)
+		}
+	}
+	if out := d.ok("job", "idx-3"); !strings.Contains(out, "task 3 of array idx") {
+		t.Errorf("gpuq job idx-3 printed:\n%s", out)
+	}
+
+	d.ok("account", "create", "arr", "--balance", "12")
+	r := d.gpuq("submit", "--id", "sweep", "--array", "0-4", "--account", "arr", "--cost", "3", "--", "sleep", "60")
+	if r.code != exitRejected || !strings.Contains(r.stderr, "array sweep: 1 of 5 tasks not submitted: task 4 (sweep-4) rejected") ||
+		!strings.Contains(r.stderr, "insufficient_credits") || !strings.Contains(r.stdout, "array sweep: submitted 4 of 5 tasks") {
+		t.Fatalf("submit --array 0-4 with credits for 4: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	for _, i := range []string{"0", "1", "2", "3"} {
+		if !strings.Contains(r.stdout, "accepted sweep-"+i+":") {
+			t.Errorf("submit --array did not print task %s accepted:\n%s", i, r.stdout)
+		}
+	}
+	var tasks []struct {
+		ID         string `json:"id"`
+		State      string `json:"state"`
+		ArrayID    string `json:"array_id"`
+		ArrayIndex int    `json:"array_index"`
+		Reserved   int    `json:"reserved"`
+	}
+	d.json(&tasks, "jobs", "--array", "sweep", "--limit", "0")
+	if len(tasks) != 5 {
+		t.Fatalf("jobs --array sweep = %+v, want 5 tasks", tasks)
+	}
+	reserved := 0
+	for _, tk := range tasks {
+		reserved += tk.Reserved
+		if tk.ArrayID != "sweep" || tk.ID != "sweep-"+strconv.Itoa(tk.ArrayIndex) {
+			t.Errorf("task %+v", tk)
+		}
+		if (tk.State == "rejected") != (tk.ArrayIndex == 4) {
+			t.Errorf("task %s is %s", tk.ID, tk.State)
+		}
+	}
+	if reserved != 12 {
+		t.Errorf("the tasks reserve %d in all, want 4 × 3", reserved)
+	}
+
+	out := d.ok("cancel", "--array", "sweep")
+	if !strings.Contains(out, "array sweep: cancelled 4 of 4 tasks") {
+		t.Errorf("cancel --array sweep printed:\n%s", out)
+	}
+	for _, i := range []string{"0", "1", "2", "3"} {
+		waitState(t, d, "sweep-"+i, "cancelled")
+	}
+	var acct struct{ Available int }
+	d.json(&acct, "account", "show", "arr")
+	if acct.Available != 12 {
+		t.Errorf("after cancelling the array the account has %d available, want 12", acct.Available)
+	}
+	if r := d.gpuq("cancel", "--array", "nosuch"); r.code == 0 || !strings.Contains(r.stderr, "no job array nosuch") {
+		t.Errorf("cancel --array nosuch: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := d.gpuq("submit", "--array", "0-1000", "--account", "demo", "--cost", "1", "--", "true"); r.code != exitUsage ||
+		!strings.Contains(r.stderr, "more than 1000 tasks") {
+		t.Errorf("submit --array 0-1000: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// optionsTour is the README's section on arrays, GPU models, names and
+// working directories, run verbatim after the account the tour creates.
+var optionsTour = []string{
+	"gpuq submit --id sweep --array 0-3 --name 'lr sweep' --account vision --cost 5 -- sh -c 'echo seed $GPUQ_ARRAY_INDEX; sleep 30'",
+	"gpuq jobs --array sweep",
+	"gpuq submit --id big --account vision --gpus 2 --cost 10 --gpu-model 'NVIDIA H200 141GB HBM3e' --workdir /tmp --wait -- pwd",
+	"gpuq submit --id b200 --account vision --cost 10 --gpu-model 'NVIDIA B200' -- true",
+	"gpuq why b200",
+	"gpuq cancel --array sweep",
+}
+
+func TestReadmeOptionsTour(t *testing.T) {
+	t.Parallel()
+	readmeShows(t, append([]string{tour[0]}, optionsTour...)...)
+	d := startDev(t, "")
+	d.ok(splitShell(tour[0])[1:]...)
+	outs := map[string]string{}
+	for _, line := range optionsTour {
+		outs[line] = d.ok(splitShell(line)[1:]...)
+	}
+	if out := outs[optionsTour[0]]; !strings.Contains(out, "array sweep: submitted 4 of 4 tasks") {
+		t.Errorf("submit --array printed:\n%s", out)
+	}
+	if out := outs[optionsTour[1]]; strings.Count(out, "lr sweep") != 4 || !strings.Contains(out, "sweep-3") {
+		t.Errorf("jobs --array printed:\n%s", out)
+	}
+	if out := outs[optionsTour[2]]; !strings.Contains(out, "job big succeeded") {
+		t.Errorf("submit --gpu-model --workdir printed:\n%s", out)
+	}
+	if out := d.ok("logs", "big"); out != "/tmp\n" {
+		t.Errorf("logs big = %q, want /tmp", out)
+	}
+	if out := outs[optionsTour[4]]; !strings.Contains(out, `needs GPU model "NVIDIA B200"; no live host has it`) ||
+		!strings.Contains(out, "[no_matching_host]") {
+		t.Errorf("why b200 printed:\n%s", out)
+	}
+	if out := outs[optionsTour[5]]; !strings.Contains(out, "array sweep: cancelled 4 of 4 tasks") {
+		t.Errorf("cancel --array printed:\n%s", out)
+	}
+	for _, i := range []string{"0", "1", "2", "3"} {
+		waitState(t, d, "sweep-"+i, "cancelled")
+		if out := d.ok("logs", "sweep-"+i); !strings.HasPrefix(out, "seed "+i+"\n") {
+			t.Errorf("logs sweep-%s = %q", i, out)
+		}
+	}
+}
