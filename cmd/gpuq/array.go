@@ -16,7 +16,7 @@ import (
 type arrayTaskRow struct {
 	Index   int              `json:"index"`
 	ID      string           `json:"id"`
-	Type    ledger.EventType `json:"type,omitempty"`  // the answer's event type; empty with no answer
+	Type    ledger.EventType `json:"type,omitempty"` // the answer's event type; empty with no answer
 	Reason  ledger.Reason    `json:"reason,omitempty"`
 	Message string           `json:"message,omitempty"`
 	Error   string           `json:"error,omitempty"` // the task got no answer: why
