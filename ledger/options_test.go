@@ -106,3 +106,67 @@ func TestSubmitWorkdirChecks(t *testing.T) {
 		}
 	}
 }
+
+func TestSubmitArrayTask(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 100)
+	s := optSubmit("sweep-7")
+	s.ArrayID, s.ArrayIndex = "sweep", 7
+	wantEvent(t, l.Apply(s), ledger.EventAccepted, "")
+	if j := l.Job("sweep-7"); j.ArrayID != "sweep" || j.ArrayIndex != 7 {
+		t.Errorf("record = array %q index %d", j.ArrayID, j.ArrayIndex)
+	}
+	o, ok := ledgertest.First[ledger.DispatchOrder](l.Apply(ledger.Dispatch{Job: "sweep-7", Attempt: 1, Host: "h"}))
+	if !ok || o.ArrayID != "sweep" || o.ArrayIndex != 7 {
+		t.Errorf("dispatch order = %+v, want array sweep index 7", o)
+	}
+	other := s
+	other.ArrayIndex = 8
+	ev := wantEvent(t, l.Apply(other), ledger.EventRejected, ledger.ReasonDuplicateConflict)
+	if !strings.Contains(ev.Message, `array task "sweep"[7], not "sweep"[8]`) {
+		t.Errorf("conflict message %q does not name the array places", ev.Message)
+	}
+	// A task refused for credits keeps its array, so listing the array shows it.
+	l.Create("poor", 0)
+	p := optSubmit("poor-0")
+	p.Account, p.ArrayID = "poor", "poor"
+	wantEvent(t, l.Apply(p), ledger.EventRejected, ledger.ReasonInsufficientCredits)
+	if j := l.Job("poor-0"); j.ArrayID != "poor" || j.State != ledger.StateRejected {
+		t.Errorf("rejected task = %s of array %q", j.State, j.ArrayID)
+	}
+	for _, bad := range []ledger.Submit{
+		{ArrayIndex: 3},
+		{ArrayID: "s", ArrayIndex: -1},
+		{ArrayID: "s", ArrayIndex: ledger.MaxArrayIndex + 1},
+		{ArrayID: "s\n"},
+	} {
+		s := optSubmit("bad")
+		s.ArrayID, s.ArrayIndex = bad.ArrayID, bad.ArrayIndex
+		wantEvent(t, l.Apply(s), ledger.EventRejected, ledger.ReasonInvalid)
+	}
+}
+
+func TestSubmitGPUModel(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.NewLog(t)
+	l.Create("a", 100)
+	s := optSubmit("j")
+	s.GPUModel = "NVIDIA H100 80GB HBM3"
+	wantEvent(t, l.Apply(s), ledger.EventAccepted, "")
+	if got := l.Job("j").GPUModel; got != s.GPUModel {
+		t.Errorf("gpu_model = %q", got)
+	}
+	other := s
+	other.GPUModel = ""
+	ev := wantEvent(t, l.Apply(other), ledger.EventRejected, ledger.ReasonDuplicateConflict)
+	if !strings.Contains(ev.Message, `gpu_model "NVIDIA H100 80GB HBM3", not ""`) {
+		t.Errorf("conflict message %q", ev.Message)
+	}
+	long := optSubmit("k")
+	long.GPUModel = strings.Repeat("m", ledger.MaxModelBytes+1)
+	wantEvent(t, l.Apply(long), ledger.EventRejected, ledger.ReasonTooLarge)
+	ctl := optSubmit("k")
+	ctl.GPUModel = "H100\x7f"
+	wantEvent(t, l.Apply(ctl), ledger.EventRejected, ledger.ReasonInvalid)
+}
