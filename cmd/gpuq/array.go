@@ -84,8 +84,10 @@ func runCancelArray(ctx context.Context, e *env, c *command, fs *flag.FlagSet, a
 		fmt.Fprintf(e.stdout, "every task of array %s has ended already; nothing to cancel\n", *array)
 		return nil
 	}
+	// Ignored: the task was already being cancelled, or ended meanwhile;
+	// a cancel --array run again is not a failure.
 	return reportArray(e, *array, "cancel", tasks, func(ev wire.JobEvent) bool {
-		return ev.Type == ledger.EventCancelled || ev.Type == ledger.EventCancelRequested
+		return ev.Type == ledger.EventCancelled || ev.Type == ledger.EventCancelRequested || ev.Type == ledger.EventIgnored
 	})
 }
 
