@@ -176,6 +176,8 @@ type JobFilter struct {
 	Since, Until time.Time
 	// Limit is the most jobs in one page; 0 for all.
 	Limit int
+	// ArrayID keeps only the tasks of this job array; "" for any job.
+	ArrayID string
 	// After is the cursor of the page to read: [JobPage.Next] of the one
 	// before; "" for the first.
 	After string
@@ -236,6 +238,9 @@ func (c *Client) Jobs(ctx context.Context, f JobFilter) (JobPage, error) {
 	byEnd := !f.Since.IsZero() || !f.Until.IsZero()
 	want := func(j *ledger.Job) bool {
 		if f.Account != "" && j.Account != f.Account || f.State != "" && j.State != f.State {
+			return false
+		}
+		if f.ArrayID != "" && j.ArrayID != f.ArrayID {
 			return false
 		}
 		if !byEnd {

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // Command is one entry of the command log: a [Submit], [Cancel], [Admin],
@@ -39,6 +41,26 @@ type Submit struct {
 	// Hold makes a submission the account cannot pay for wait, unreserved,
 	// instead of being rejected.
 	Hold bool
+	// Name is a display name, printable text of at most [MaxNameBytes];
+	// empty is none. It is not an id: many jobs may share one.
+	Name string
+	// GPUModel, when set, asks for hosts whose every GPU is of this model,
+	// as NVML names it ("NVIDIA H100 80GB HBM3"), compared ignoring case;
+	// empty is any host. Printable text of at most [MaxModelBytes].
+	GPUModel string
+	// Workdir, when set, is the job's working directory on its host: an
+	// absolute, clean path of at most [MaxWorkdirBytes]. The worker refuses
+	// an attempt whose workdir does not exist or the job's user cannot
+	// enter. Empty is the attempt's own directory.
+	Workdir string
+	// ArrayID, when set, makes the job task ArrayIndex of the job array
+	// ArrayID: an id (as a job id is) that the array's tasks share, so they
+	// can be listed and cancelled together. Each task is a submission of
+	// its own, with its own id and reservation; the worker gives it
+	// GPUQ_ARRAY_ID and GPUQ_ARRAY_INDEX. ArrayIndex is 0 to
+	// [MaxArrayIndex], and 0 without ArrayID.
+	ArrayID    string
+	ArrayIndex int
 }
 
 // Cancel asks for a job of Account to be stopped. A pending job is cancelled
@@ -218,7 +240,50 @@ func (s Submit) Validate() error {
 	if s.MaxAttempts < 0 || s.MaxAttempts > MaxMaxAttempts {
 		bad("max_attempts %d is out of range [1, %d]", s.MaxAttempts, MaxMaxAttempts)
 	}
+	errs = append(errs, nonNil(checkPrintable("name", s.Name, MaxNameBytes))...)
+	errs = append(errs, nonNil(checkPrintable("gpu_model", s.GPUModel, MaxModelBytes))...)
+	errs = append(errs, nonNil(checkWorkdir(s.Workdir))...)
+	switch {
+	case s.ArrayID == "" && s.ArrayIndex != 0:
+		bad("array_index %d without an array_id", s.ArrayIndex)
+	case s.ArrayID == "":
+	case s.ArrayIndex < 0 || s.ArrayIndex > MaxArrayIndex:
+		bad("array_index %d is out of range [0, %d]", s.ArrayIndex, MaxArrayIndex)
+	default:
+		errs = append(errs, nonNil(checkID("array_id", s.ArrayID))...)
+	}
 	return joinProblems(errs)
+}
+
+// checkWorkdir reports whether dir is empty or an absolute, clean path of
+// printable text.
+func checkWorkdir(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if err := checkPrintable("workdir", dir, MaxWorkdirBytes); err != nil {
+		return err
+	}
+	if !path.IsAbs(dir) || path.Clean(dir) != dir {
+		return fmt.Errorf("workdir %s is not an absolute, clean path (want one like /data/run-7, with no . or .. parts, no repeated or trailing /)", preview(dir))
+	}
+	return nil
+}
+
+// checkPrintable reports whether s, the what of a command, is at most max
+// bytes of valid UTF-8 with only printable characters (letters, marks,
+// numbers, punctuation, symbols and the ASCII space): no control
+// characters, no line breaks.
+func checkPrintable(what, s string, max int) error {
+	if err := checkText(what, s, max); err != nil {
+		return err
+	}
+	for i, r := range s {
+		if !unicode.IsPrint(r) {
+			return fmt.Errorf("%s has the character %U at byte %d; want printable text without control characters or line breaks", what, r, i)
+		}
+	}
+	return nil
 }
 
 func checkCommand(cmd []string) error {

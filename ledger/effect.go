@@ -174,6 +174,12 @@ type DispatchOrder struct {
 	Command  []string
 	Env      map[string]string
 	Walltime time.Duration
+	// Workdir is the job's working directory; empty is the attempt's own.
+	Workdir string
+	// ArrayID and ArrayIndex place the job in its array, if any: the
+	// worker sets GPUQ_ARRAY_ID and GPUQ_ARRAY_INDEX from them.
+	ArrayID    string
+	ArrayIndex int
 }
 
 // CancelOrder tells Host to stop attempt Attempt of Job, published on the

@@ -64,6 +64,18 @@ type Job struct {
 	// Hold asks to wait, unreserved, when the account cannot pay yet,
 	// instead of being rejected.
 	Hold bool `json:"hold,omitempty"`
+	// Name is the submitter's display name for the job, if any.
+	Name string `json:"name,omitempty"`
+	// GPUModel is the GPU model the job asks for; empty is any. The
+	// scheduler places it only on hosts whose every GPU is that model.
+	GPUModel string `json:"gpu_model,omitempty"`
+	// Workdir is the job's working directory on its host; empty is the
+	// attempt's own directory.
+	Workdir string `json:"workdir,omitempty"`
+	// ArrayID names the job array the job is task ArrayIndex of; empty
+	// when it is no array's. An absent array_index is 0.
+	ArrayID    string `json:"array_id,omitempty"`
+	ArrayIndex int    `json:"array_index,omitempty"`
 
 	State JobState `json:"state"`
 	// Attempt is the number of the current or last dispatch; 0 before the
@@ -137,5 +149,9 @@ func (j *Job) sameTerms(s Submit) bool {
 	return j.Account == s.Account && j.Priority == s.Priority && j.GPUs == s.GPUs &&
 		(j.Metered || j.Cost == s.Cost) && j.Metered == s.Metered && j.Hold == s.Hold &&
 		slices.Equal(j.Command, s.Command) && maps.Equal(j.Env, s.Env) &&
-		j.Walltime == s.Walltime && j.MaxAttempts == s.MaxAttempts
+		j.Walltime == s.Walltime && j.MaxAttempts == s.MaxAttempts &&
+		j.Name == s.Name &&
+		j.GPUModel == s.GPUModel &&
+		j.Workdir == s.Workdir &&
+		j.ArrayID == s.ArrayID && j.ArrayIndex == s.ArrayIndex
 }

@@ -56,4 +56,13 @@ const (
 	// ordinary worker rejection, so no job is retried forever and its
 	// record of attempts stays bounded.
 	MaxBusyRefusals = 20
+	// MaxNameBytes bounds a job's display name (printable text).
+	MaxNameBytes = 128
+	// MaxWorkdirBytes bounds a job's working directory, as Linux bounds a
+	// path (PATH_MAX).
+	MaxWorkdirBytes = 4096
+	// MaxArrayIndex bounds the index of a job array's task, and
+	// MaxArrayTasks the tasks one array submission may expand to.
+	MaxArrayIndex = 999_999
+	MaxArrayTasks = 1000
 )

@@ -33,7 +33,7 @@ func (t *tx) dispatch(c Dispatch) {
 		ignore(ReasonStaleAttempt, "the next attempt is %d", j.Attempt+1)
 	case len(caps) > 0:
 		ignore(caps[0].Reason, "%s", caps[0].Message())
-	case encodedStringsLen(j.Command)+encodedMapLen(j.Env)+orderOverhead > MaxRecordBytes:
+	case encodedStringsLen(j.Command)+encodedMapLen(j.Env)+EncodedLen(j.Workdir)+orderOverhead > MaxRecordBytes:
 		// Only a job stored by a version with larger limits can get here:
 		// its order could not be sent, so it can never run.
 		t.finish(j, StateFailed, ReasonTooLarge, fmt.Sprintf("its dispatch order would take more than the %d bytes a message may: its command and env are too large to send to a worker", MaxRecordBytes), 0)
@@ -46,7 +46,8 @@ func (t *tx) dispatch(c Dispatch) {
 		t.changedAccount(a)
 		t.jobEvent(a.ID, j, JobEvent{Type: EventDispatched, Message: fmt.Sprintf("attempt %d sent to %s", j.Attempt, j.Host)})
 		t.emit(DispatchOrder{Host: j.Host, Job: j.ID, Account: j.Account, Attempt: j.Attempt,
-			GPUs: j.GPUs, Command: j.Command, Env: j.Env, Walltime: j.Walltime})
+			GPUs: j.GPUs, Command: j.Command, Env: j.Env, Walltime: j.Walltime,
+			Workdir: j.Workdir, ArrayID: j.ArrayID, ArrayIndex: j.ArrayIndex})
 	}
 }
 

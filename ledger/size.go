@@ -18,7 +18,8 @@ import (
 // and \u2029, '"' and '\' take two bytes. [EncodedLen] computes that size.
 //
 // With every limit of a command at its worst, a job record stays under
-// 310 KiB: command 128 KiB, env 64 KiB, 256 devices of 128 bytes that need
+// 340 KiB: command 128 KiB, env 64 KiB, a workdir of 6 × [MaxWorkdirBytes],
+// a name and a GPU model of 6 × 128 bytes each, 256 devices of 128 bytes that need
 // no escaping, [MaxRecordedAttempts] attempts with messages of at most
 // [MaxMessageBytes], a model of at most 6 × [MaxModelBytes]. Apply checks
 // each record and effect against [MaxRecordBytes] as well and refuses a
@@ -258,7 +259,10 @@ func roughSize(v any) int {
 	switch v := v.(type) {
 	case *Job:
 		n := fixedBytes + str(v.ID) + str(v.Account) + strs(v.Command) + env(v.Env) + str(v.Host) + strs(v.Devices) +
-			str(v.Model) + str(string(v.Reason)) + str(v.Message)
+			str(v.Model) + str(string(v.Reason)) + str(v.Message) +
+			str(v.Name) +
+			str(v.GPUModel) +
+			str(v.Workdir) + str(v.ArrayID)
 		for _, a := range v.Attempts {
 			n += fixedElem + str(a.Host) + str(string(a.Reason)) + str(a.Message)
 		}
@@ -280,7 +284,8 @@ func roughSize(v any) int {
 	case Entry:
 		return fixedBytes + str(v.Account) + str(v.Job) + str(v.OpID) + str(string(v.Reason))
 	case DispatchOrder:
-		return fixedBytes + str(v.Host) + str(v.Job) + str(v.Account) + strs(v.Command) + env(v.Env)
+		return fixedBytes + str(v.Host) + str(v.Job) + str(v.Account) + strs(v.Command) + env(v.Env) +
+			str(v.Workdir) + str(v.ArrayID)
 	case CancelOrder:
 		return fixedBytes + str(v.Host) + str(v.Job) + str(v.Account)
 	}

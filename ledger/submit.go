@@ -178,6 +178,11 @@ func newJob(c Submit, submitSeq uint64, t *tx) *Job {
 		MaxAttempts: c.MaxAttempts,
 		Metered:     c.Metered,
 		Hold:        c.Hold,
+		Name:        c.Name,
+		GPUModel:    c.GPUModel,
+		Workdir:     c.Workdir,
+		ArrayID:     c.ArrayID,
+		ArrayIndex:  c.ArrayIndex,
 		SubmitSeq:   submitSeq,
 		SubmittedAt: t.at,
 	}
@@ -214,6 +219,18 @@ func termDiff(j *Job, c Submit) string {
 	}
 	if j.MaxAttempts != c.MaxAttempts {
 		d = append(d, fmt.Sprintf("max_attempts %d, not %d", j.MaxAttempts, c.MaxAttempts))
+	}
+	if j.Name != c.Name {
+		d = append(d, fmt.Sprintf("name %s, not %s", preview(j.Name), preview(c.Name)))
+	}
+	if j.GPUModel != c.GPUModel {
+		d = append(d, fmt.Sprintf("gpu_model %s, not %s", preview(j.GPUModel), preview(c.GPUModel)))
+	}
+	if j.Workdir != c.Workdir {
+		d = append(d, fmt.Sprintf("workdir %s, not %s", preview(j.Workdir), preview(c.Workdir)))
+	}
+	if j.ArrayID != c.ArrayID || j.ArrayIndex != c.ArrayIndex {
+		d = append(d, fmt.Sprintf("array task %s[%d], not %s[%d]", preview(j.ArrayID), j.ArrayIndex, preview(c.ArrayID), c.ArrayIndex))
 	}
 	return "it has " + strings.Join(d, ", ")
 }

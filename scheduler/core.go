@@ -37,7 +37,7 @@ type Core struct {
 	perAcct  map[string]*load     // GPUs and jobs of in-flight decisions, per account
 	weights  map[string]int       // each account's fair-share weight
 	// unplaceableSince is when each job was first seen needing more GPUs
-	// than any live host has.
+	// than any live host has (of the GPU model it asks for, if any).
 	unplaceableSince map[string]time.Time
 	// goneSince is when a host holding attempts was last seen.
 	goneSince map[string]time.Time
@@ -76,6 +76,7 @@ type hostState struct {
 	// in used. The rest is stray.
 	covered int
 	info    wire.Heartbeat
+	model   string // the one model of all its devices, "" if none or several (see hostModel)
 }
 
 type attemptKey struct {
@@ -333,6 +334,7 @@ func (c *Core) SetHost(h wire.Heartbeat, now time.Time) {
 		c.hosts[h.Host] = hs
 	}
 	hs.capacity, hs.total, hs.info = h.Capacity(), len(h.Devices), h
+	hs.model = hostModel(h)
 	hs.held, hs.heldAll = map[attemptKey]int{}, 0
 	for _, d := range h.Devices {
 		// A busy or unhealthy device is already outside capacity.
@@ -489,6 +491,7 @@ func (c *Core) Decide(s *ledger.State, now time.Time) []ledger.Command {
 		}
 		largest = max(largest, h.total)
 	}
+	widest := map[string]int{} // by GPU model asked for: see Core.widest
 	var shadow *Shadow
 	var ends endings // built when the first shadow is computed, kept up to date after
 	p := c.queue.Begin()
@@ -503,15 +506,14 @@ func (c *Core) Decide(s *ledger.State, now time.Time) []ledger.Command {
 			p.Take() // stale entry
 			continue
 		}
-		if len(c.hosts) > 0 && j.GPUs > largest {
+		if wide := c.widest(j.GPUModel, largest, widest); len(c.hosts) > 0 && j.GPUs > wide {
 			since, seen := c.unplaceableSince[j.ID]
 			if !seen {
 				since = now
 				c.unplaceableSince[j.ID] = now
 			}
 			if now.Sub(since) >= c.cfg.UnplaceableAfter {
-				out = append(out, ledger.Unplaceable{Job: j.ID,
-					Message: fmt.Sprintf("job needs %d GPUs; the largest live host has %d", j.GPUs, largest)})
+				out = append(out, ledger.Unplaceable{Job: j.ID, Message: c.unplaceableMessage(j.GPUs, j.GPUModel, wide)})
 				p.Take()
 			}
 			continue
@@ -574,7 +576,8 @@ func (c *Core) Decide(s *ledger.State, now time.Time) []ledger.Command {
 	return out
 }
 
-// place returns the host j should start on now, or nil. With a backfill
+// place returns the host j should start on now, or nil: one of its GPU
+// model, if it names one (see model.go). With a backfill
 // reservation in force, a host is allowed only if starting j there leaves
 // the reserved job's GPUs free at the reserved time: another host, or j ends
 // before then, or j fits in the spare.
@@ -582,7 +585,7 @@ func (c *Core) place(j *ledger.Job, now time.Time, shadow *Shadow) *hostState {
 	var best *hostState
 	for _, h := range c.hosts {
 		f := h.free()
-		if f < j.GPUs || c.backedOff(h.name, now) {
+		if f < j.GPUs || c.backedOff(h.name, now) || !modelMatches(h.model, j.GPUModel) {
 			continue
 		}
 		if shadow != nil && shadow.rulesOut(h.name, j, now) {
@@ -648,7 +651,7 @@ func (ends endings) add(host string, e ending) {
 func (c *Core) shadow(j *ledger.Job, now time.Time, ends endings) *Shadow {
 	var best *Shadow
 	for _, h := range c.hosts {
-		if h.capacity < j.GPUs {
+		if h.capacity < j.GPUs || !modelMatches(h.model, j.GPUModel) {
 			continue
 		}
 		// Stray GPUs (held by an attempt the ledger has ended, as a

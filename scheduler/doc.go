@@ -6,8 +6,9 @@
 // decisions as values from [Core.Decide] (dispatches, lost and unplaceable
 // verdicts, admissions). It performs no I/O and reads no clock: the caller
 // passes the time. A decision takes effect only when the fold applies it from
-// the log. [Explain] answers why a job waits by the same rules; the leader
-// publishes its own answers as facts (see # Facts).
+// the log. A job that names a GPU model goes only to hosts whose every GPU
+// is that model (model.go). [Explain] answers why a job waits by the same
+// rules; the leader publishes its own answers as facts (see # Facts).
 //
 // [Service] is the process around it: it contends for the leader lease
 // and, while it holds it, folds every command into a [ledger.State], persists

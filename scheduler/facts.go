@@ -49,7 +49,7 @@ type Waiting struct {
 // It costs O(limit × hosts) and leaves the queue as it was.
 func (c *Core) Waiting(s *ledger.State, now time.Time, limit int) ([]Waiting, int) {
 	hv := &hostViews{hosts: slices.SortedFunc(maps.Values(c.hosts), func(a, b *hostState) int { return cmp.Compare(a.name, b.name) }),
-		byGPUs: map[int]*hostView{}}
+		byNeed: map[need]*hostView{}}
 	shadows := slices.SortedFunc(maps.Values(c.shadows), func(a, b Shadow) int { return cmp.Compare(a.Job, b.Job) })
 	var out []Waiting
 	var ahead queueAhead
@@ -126,15 +126,22 @@ func (q *queueAhead) split(c *Core, j *ledger.Job) (higher, fairer, older int) {
 	return higher, fairer, older
 }
 
-// hostViews are the hosts as a pass's jobs see them, by the GPUs a job
-// needs: jobs of one width see the same, so each width is computed once per
-// walk and a job costs O(1) in the hosts.
+// hostViews are the hosts as a pass's jobs see them, by the GPUs and the
+// GPU model a job needs: jobs of one need see the same, so each need is
+// computed once per walk and a job costs O(1) in the hosts.
 type hostViews struct {
 	hosts  []*hostState // by name
-	byGPUs map[int]*hostView
+	byNeed map[need]*hostView
+}
+
+// need is what of a job decides which hosts it can use.
+type need struct {
+	gpus  int
+	model string // lower case; "" is any
 }
 
 type hostView struct {
+	matching          int // hosts of the model asked for (all without one)
 	largest, mostFree int
 	freest, strayed   string
 	backedOff         []string     // hosts with room, backed off, described
@@ -142,13 +149,19 @@ type hostView struct {
 	room              []*hostState // hosts with room, by name
 }
 
-// of returns the hosts as a job needing gpus sees them at now.
-func (hv *hostViews) of(c *Core, gpus int, now time.Time) *hostView {
-	if v := hv.byGPUs[gpus]; v != nil {
+// of returns the hosts as a job needing gpus of model ("" is any) sees
+// them at now: only the hosts of that model.
+func (hv *hostViews) of(c *Core, gpus int, model string, now time.Time) *hostView {
+	key := need{gpus, strings.ToLower(model)}
+	if v := hv.byNeed[key]; v != nil {
 		return v
 	}
 	v := &hostView{}
 	for _, h := range hv.hosts {
+		if !modelMatches(h.model, model) {
+			continue
+		}
+		v.matching++
 		v.largest = max(v.largest, h.total)
 		if f := h.free(); f > v.mostFree {
 			v.mostFree, v.freest = f, h.name
@@ -165,7 +178,7 @@ func (hv *hostViews) of(c *Core, gpus int, now time.Time) *hostView {
 			}
 		}
 	}
-	hv.byGPUs[gpus] = v
+	hv.byNeed[key] = v
 	return v
 }
 
@@ -193,11 +206,16 @@ func (c *Core) waiting(s *ledger.State, j *ledger.Job, now time.Time, hv *hostVi
 			add("max_running_gpus", "", "account %s runs %d GPUs; %d more would pass its cap of %d", a.ID, a.RunningGPUs+u.gpus, j.GPUs, m)
 		}
 	}
-	v := hv.of(c, j.GPUs, now)
+	v := hv.of(c, j.GPUs, j.GPUModel, now)
 	largest, mostFree, freest, strayed, backedOff, roomNow := v.largest, v.mostFree, v.freest, v.strayed, v.backedOff, v.roomNow
 	switch {
 	case len(hv.hosts) == 0:
 		add("no_hosts", "", "no worker is heartbeating: start a worker (gpuq worker) or check its connection")
+	case v.matching == 0:
+		models := liveModels(hv.hosts)
+		add("no_matching_host", models, "it needs GPU model %q; no live host has it (live hosts have %s; it fails as unplaceable if no such host joins)", j.GPUModel, models)
+	case j.GPUs > largest && j.GPUModel != "":
+		add("too_wide", fmt.Sprint(largest), "it needs %d GPUs of model %q; the largest live host with that model has %d (it fails as unplaceable if no larger host joins)", j.GPUs, j.GPUModel, largest)
 	case j.GPUs > largest:
 		add("too_wide", fmt.Sprint(largest), "it needs %d GPUs; the largest live host has %d (it fails as unplaceable if no larger host joins)", j.GPUs, largest)
 	case mostFree < j.GPUs && freest == "":

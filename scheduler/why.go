@@ -15,7 +15,9 @@ import (
 // Blocker is one reason a pending job is not running yet.
 type Blocker struct {
 	// Kind is machine-readable: "backoff" (its retry delay),
-	// "max_running_jobs", "max_running_gpus", "no_hosts", "too_wide",
+	// "max_running_jobs", "max_running_gpus", "no_hosts",
+	// "no_matching_host" (no live host has the GPU model it asks for),
+	// "too_wide",
 	// "no_free_gpus", "host_backoff" (the only hosts with room refused
 	// orders and are backed off), "queue", "backfill_reserved" (the job
 	// holds the backfill reservation: when it starts at the latest),
@@ -73,9 +75,14 @@ func Explain(s *ledger.State, hosts []wire.Heartbeat, id string, now time.Time, 
 	largest, mostFree, freest, strayed := 0, 0, "", ""
 	var backedOff []string // hosts with room for the job, backed off
 	roomNow := false       // some host with room is not backed off
+	matching := 0          // hosts of the model the job asks for
 	for _, h := range byName {
-		largest = max(largest, len(h.Devices))
 		hs := core.hosts[h.Host]
+		if !modelMatches(hs.model, j.GPUModel) {
+			continue // the job cannot run there at all
+		}
+		matching++
+		largest = max(largest, len(h.Devices))
 		if f := hs.free(); f > mostFree {
 			mostFree, freest = f, h.Host
 		}
@@ -94,6 +101,11 @@ func Explain(s *ledger.State, hosts []wire.Heartbeat, id string, now time.Time, 
 	switch {
 	case len(hosts) == 0:
 		add("no_hosts", "no worker is heartbeating: start a worker (gpuq worker) or check its connection")
+	case matching == 0:
+		add("no_matching_host", "it needs GPU model %q; no live host has it (live hosts have %s; it fails as unplaceable if no such host joins)",
+			j.GPUModel, liveModels(core.hostList()))
+	case j.GPUs > largest && j.GPUModel != "":
+		add("too_wide", "it needs %d GPUs of model %q; the largest live host with that model has %d (it fails as unplaceable if no larger host joins)", j.GPUs, j.GPUModel, largest)
 	case j.GPUs > largest:
 		add("too_wide", "it needs %d GPUs; the largest live host has %d (it fails as unplaceable if no larger host joins)", j.GPUs, largest)
 	case mostFree < j.GPUs && freest == "":
@@ -159,7 +171,7 @@ func Explain(s *ledger.State, hosts []wire.Heartbeat, id string, now time.Time, 
 		sh := shadows[id]
 		room, allowed := false, false
 		for _, h := range hosts {
-			if h.Capacity()-used[h.Host] >= j.GPUs {
+			if h.Capacity()-used[h.Host] >= j.GPUs && modelMatches(hostModel(h), j.GPUModel) {
 				room = true
 				allowed = allowed || !sh.rulesOut(h.Host, j, now)
 			}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"pgregory.net/rapid"
 
@@ -24,6 +25,15 @@ var (
 	// NUL, escapes and all.
 	genText = rapid.Custom(func(t *rapid.T) string {
 		return strings.ReplaceAll(rapid.StringN(1, 40, -1).Draw(t, "text"), "\x00", "0")
+	})
+	// genName is a job's display name: printable text, empty for none.
+	genName = rapid.Custom(func(t *rapid.T) string {
+		return strings.Map(func(r rune) rune {
+			if unicode.IsPrint(r) {
+				return r
+			}
+			return 'x'
+		}, rapid.StringN(0, 30, -1).Draw(t, "name")) // at most 120 bytes
 	})
 	genCredits = rapid.Custom(func(t *rapid.T) ledger.Credits {
 		return ledger.Credits(rapid.Int64Range(0, int64(ledger.MaxCredits)).Draw(t, "credits"))
@@ -46,6 +56,12 @@ var genCommands = map[string]*rapid.Generator[ledger.Command]{
 			MaxAttempts: rapid.IntRange(0, ledger.MaxMaxAttempts).Draw(t, "max_attempts"),
 			Hold:        rapid.Bool().Draw(t, "hold"),
 		}
+		s.Name = genName.Draw(t, "name")
+		if rapid.Bool().Draw(t, "in_array") {
+			s.ArrayID, s.ArrayIndex = genToken.Draw(t, "array_id"), rapid.IntRange(0, ledger.MaxArrayIndex).Draw(t, "array_index")
+		}
+		s.Workdir = rapid.SampledFrom([]string{"", "/", "/data/run-7", "/home/ana/é"}).Draw(t, "workdir")
+		s.GPUModel = rapid.SampledFrom([]string{"", "NVIDIA H100 80GB HBM3", "NVIDIA H200 141GB HBM3e"}).Draw(t, "gpu_model")
 		if s.Metered = rapid.Bool().Draw(t, "metered"); !s.Metered {
 			s.Cost = genCredits.Draw(t, "cost")
 		}

@@ -161,6 +161,11 @@ func DecodeSubmit(account string, data []byte) (ledger.Submit, error) {
 		Walltime:    f.duration("walltime", false),
 		MaxAttempts: f.int("max_attempts", false),
 		Hold:        f.bool("hold"),
+		Name:        f.str("name", false),
+		GPUModel:    f.str("gpu_model", false),
+		Workdir:     f.str("workdir", false),
+		ArrayID:     f.token("array_id", "array id", false),
+		ArrayIndex:  f.int("array_index", false),
 	}
 	if err := checkAccount(f, account); err != nil {
 		return ledger.Submit{}, &DecodeError{Account: account, Job: s.ID, Reason: ledger.ReasonAccountMismatch, Err: err}
@@ -185,16 +190,25 @@ type submitBody struct {
 	Walltime    string            `json:"walltime,omitempty"`
 	MaxAttempts int               `json:"max_attempts,omitempty"`
 	Hold        bool              `json:"hold,omitempty"`
+	Name        string            `json:"name,omitempty"`
+	GPUModel    string            `json:"gpu_model,omitempty"`
+	Workdir     string            `json:"workdir,omitempty"`
+	ArrayID     string            `json:"array_id,omitempty"`
+	ArrayIndex  int               `json:"array_index,omitempty"`
 }
 
 // EncodeSubmit returns the message that submits s. It fails if s would be
 // rejected as invalid.
 func EncodeSubmit(n subjects.Names, s ledger.Submit) (Message, error) {
-	if err := errors.Join(subjects.CheckToken("account", s.Account), subjects.CheckToken("job id", s.ID), s.Validate()); err != nil {
+	if err := errors.Join(subjects.CheckToken("account", s.Account), subjects.CheckToken("job id", s.ID), checkArrayToken(s.ArrayID), s.Validate()); err != nil {
 		return Message{}, err
 	}
 	body := submitBody{V: Version, ID: s.ID, Priority: s.Priority, GPUs: s.GPUs,
 		Command: s.Command, Env: s.Env, MaxAttempts: s.MaxAttempts, Hold: s.Hold}
+	body.Name = s.Name
+	body.GPUModel = s.GPUModel
+	body.Workdir = s.Workdir
+	body.ArrayID, body.ArrayIndex = s.ArrayID, s.ArrayIndex
 	if !s.Metered {
 		body.Cost = &s.Cost
 	}
@@ -207,6 +221,15 @@ func EncodeSubmit(n subjects.Names, s ledger.Submit) (Message, error) {
 	}
 	msg.MsgID = SubmitMsgID(s.Account, s.ID, msg.Data)
 	return msg, nil
+}
+
+// checkArrayToken reports whether an array id, when set, is a token as a
+// job id is.
+func checkArrayToken(id string) error {
+	if id == "" {
+		return nil
+	}
+	return subjects.CheckToken("array id", id)
 }
 
 // DecodeCancel decodes the body of gpuq.cmd.cancel.<account>.

@@ -139,6 +139,10 @@ type orderBody struct {
 	Command  []string          `json:"command,omitempty"`
 	Env      map[string]string `json:"env,omitempty"`
 	Walltime string            `json:"walltime,omitempty"`
+	Workdir  string            `json:"workdir,omitempty"`
+	ArrayID  string            `json:"array_id,omitempty"`
+	// ArrayIndex is written only with ArrayID.
+	ArrayIndex int `json:"array_index,omitempty"`
 }
 
 // EffectMsgID is the de-duplication id of the i-th effect of the command at
@@ -193,7 +197,8 @@ func EncodeEffect(n subjects.Names, seq uint64, at time.Time, i int, e ledger.Ef
 		// copy of the same order keeps its id.
 		return encode(n.Dispatch(e.Host), OrderMsgID(e.Job, e.Attempt, OrderDispatch)+"."+strconv.FormatUint(seq, 10), orderBody{V: Version,
 			Type: OrderDispatch, Seq: seq, Job: e.Job, Account: e.Account, Attempt: e.Attempt, GPUs: e.GPUs,
-			Command: e.Command, Env: e.Env, Walltime: e.Walltime.String()})
+			Command: e.Command, Env: e.Env, Walltime: e.Walltime.String(), Workdir: e.Workdir,
+			ArrayID: e.ArrayID, ArrayIndex: e.ArrayIndex})
 	case ledger.ArchivedJob:
 		return encodeHistory(n, seq, at, i, e)
 	case ledger.CancelOrder:
@@ -346,10 +351,13 @@ func DecodeOrder(host string, data []byte) (ledger.Effect, uint64, error) {
 		o := ledger.DispatchOrder{Host: host, Job: job, Account: account, Attempt: attempt,
 			GPUs: f.int("gpus", true), Command: f.strs("command", true), Env: f.strMap("env"),
 			Walltime: f.duration("walltime", true)}
+		o.Workdir = f.str("workdir", false)
+		o.ArrayID, o.ArrayIndex = f.token("array_id", "array id", false), f.int("array_index", false)
 		if err := f.err(); err != nil {
 			return nil, 0, fmt.Errorf("dispatch order: %w", err)
 		}
-		s := ledger.Submit{Account: account, ID: job, GPUs: o.GPUs, Command: o.Command, Env: o.Env, Walltime: o.Walltime}
+		s := ledger.Submit{Account: account, ID: job, GPUs: o.GPUs, Command: o.Command, Env: o.Env, Walltime: o.Walltime,
+			Workdir: o.Workdir, ArrayID: o.ArrayID, ArrayIndex: o.ArrayIndex}
 		if err := s.Validate(); err != nil {
 			return nil, 0, fmt.Errorf("dispatch order: %w", err)
 		}

@@ -146,6 +146,8 @@ func filled(t *testing.T, e ledger.Effect) ledger.Effect {
 			fv.SetInt(int64(90*time.Minute + time.Duration(i)*time.Second))
 		case fv.Type() == reflect.TypeOf(&ledger.Job{}):
 			fv.Set(reflect.ValueOf(&ledger.Job{ID: "vJob", Account: "vAccount", State: ledger.StateSucceeded, GPUs: 1}))
+		case f.Name == "Workdir":
+			fv.SetString("/v" + f.Name) // a path must be absolute
 		case fv.Kind() == reflect.String:
 			fv.SetString("v" + f.Name)
 		case fv.CanInt():

@@ -9,7 +9,8 @@
 // worker's (PATH, LANG, LC_*, TZ, TERM, LD_LIBRARY_PATH, CUDA_HOME,
 // CUDA_PATH), its own, and gpuq's (CUDA_VISIBLE_DEVICES,
 // NVIDIA_VISIBLE_DEVICES, GPUQ_JOB_ID, GPUQ_ACCOUNT, GPUQ_ATTEMPT,
-// GPUQ_SANDBOX, and HOME and TMPDIR set to the attempt's directory): never
+// GPUQ_SANDBOX, GPUQ_ARRAY_ID and GPUQ_ARRAY_INDEX for a task of a job
+// array, and HOME and TMPDIR set to the attempt's directory): never
 // the worker's NATS settings or any other secret. The worker makes itself
 // non-dumpable, so no process of its user can read its environment,
 // memory or open files through /proc. Each attempt runs in a fresh
@@ -27,6 +28,12 @@
 // what attempts of its earlier life left (every process of the pool's
 // uids, or those marked with its job root) before its first heartbeat
 // offers the GPUs as free.
+//
+// A job that names a workdir runs there instead of in its attempt's
+// directory (which stays its HOME and TMPDIR). The worker refuses the
+// attempt, with a rejected report that says why and no charge, when the
+// workdir does not exist, is not a directory, or the job's user (its pool
+// uid, or the worker's own user) cannot search every directory down to it.
 //
 // # Claims
 //

@@ -19,9 +19,16 @@ type Spec struct {
 	Env      map[string]string
 	Devices  []string // claimed GPU UUIDs
 	Walltime time.Duration
-	// Dir is the attempt's own directory: its working directory, HOME
-	// and TMPDIR.
+	// Dir is the attempt's own directory: its HOME and TMPDIR, and its
+	// working directory unless Workdir names another.
 	Dir string
+	// Workdir is the job's working directory, checked by the worker
+	// before the attempt starts (see workdir.go); empty is Dir.
+	Workdir string
+	// ArrayID and ArrayIndex place the job in its job array, if any
+	// (GPUQ_ARRAY_ID and GPUQ_ARRAY_INDEX).
+	ArrayID    string
+	ArrayIndex int
 }
 
 // Outcome is how an attempt's process ended.
@@ -58,6 +65,9 @@ func startProcess(sb *sandbox, j *jail, s Spec, stdout, stderr io.Writer, grace 
 	cmd := exec.Command(s.Command[0], s.Command[1:]...)
 	cmd.Env = jobEnv(os.Environ(), s)
 	cmd.Dir = s.Dir
+	if s.Workdir != "" {
+		cmd.Dir = s.Workdir
+	}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.SysProcAttr = sysProcAttr(j)
 	// A grandchild that keeps the output pipes open must not hold Wait

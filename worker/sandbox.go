@@ -105,8 +105,9 @@ func allowed(name string) bool {
 const markerVar = "GPUQ_SANDBOX"
 
 // jobEnv builds an attempt's environment: the allowed variables of base
-// (the worker's), then the job's own, then gpuq's, which win. It is sorted
-// and has one entry per name.
+// (the worker's), then the job's own, then gpuq's, which win (with
+// GPUQ_ARRAY_ID and GPUQ_ARRAY_INDEX for a task of a job array). It is
+// sorted and has one entry per name.
 func jobEnv(base []string, s Spec) []string {
 	env := map[string]string{"PATH": defaultPath}
 	for _, kv := range base {
@@ -129,6 +130,9 @@ func jobEnv(base []string, s Spec) []string {
 		markerVar:                s.Dir,
 	} {
 		env[k] = v
+	}
+	if s.ArrayID != "" {
+		env["GPUQ_ARRAY_ID"], env["GPUQ_ARRAY_INDEX"] = s.ArrayID, strconv.Itoa(s.ArrayIndex)
 	}
 	out := make([]string, 0, len(env))
 	for k, v := range env {

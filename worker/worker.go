@@ -543,12 +543,22 @@ func (w *Worker) dispatch(run, ctx context.Context, o ledger.DispatchOrder) bool
 		log.Error("cannot make the attempt's place", slog.Any("err", err))
 		return w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Reason: truncate(err.Error())})
 	}
+	if err := w.jobs.checkWorkdir(jail, o.Workdir); err != nil {
+		// The job's own error, not the host's: refused, so it is retried
+		// (on a host where the directory may exist) and never charged.
+		log.Warn("cannot start in the job's workdir", slog.Any("err", err))
+		if rerr := w.jobs.release(jail); rerr != nil {
+			log.Warn("release the attempt's place", slog.Any("err", rerr))
+		}
+		w.claims.Release(a)
+		return w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Reason: truncate(err.Error())})
+	}
 	devs := make([]string, len(claimed))
 	for i, d := range claimed {
 		devs[i] = d.UUID
 	}
 	r := &attempt{jail: jail, spec: Spec{Attempt: a, Account: o.Account, Command: o.Command, Env: o.Env, Devices: devs,
-		Walltime: o.Walltime, Dir: jail.dir}}
+		Walltime: o.Walltime, Dir: jail.dir, Workdir: o.Workdir, ArrayID: o.ArrayID, ArrayIndex: o.ArrayIndex}}
 	w.mu.Lock()
 	w.running[a] = r
 	w.mu.Unlock()

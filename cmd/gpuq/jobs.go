@@ -18,31 +18,37 @@ func init() {
 	register(&command{
 		name:    "submit",
 		summary: "submit a job: reserve its cost and queue it",
-		usage:   "submit [--id ID] [--account A] [--priority P] [--gpus N] [--cost C] [--walltime D] [--hold] [--env K=V]... [--wait] -- CMD ARGS…",
+		usage:   "submit [--id ID] [--name NAME] [--account A] [--priority P] [--gpus N] [--cost C] [--walltime D] [--hold] [--gpu-model MODEL] [--workdir DIR] [--array 0-99] [--env K=V]... [--wait] -- CMD ARGS…",
 		example: `  gpuq submit --account vision --gpus 2 --cost 120 --walltime 2h -- python train.py --epochs 10
   gpuq submit --id train-42 --account vision --gpus 1 --cost 10 --wait -- sh -c 'nvidia-smi -L'
   gpuq submit --account vision --gpus 8 --walltime 4h -- python train.py   # metered: no --cost
   gpuq submit --account vision --gpus 2 --cost 500 --hold -- python eval.py # wait for credits
+  gpuq submit --account vision --gpus 8 --cost 90 --gpu-model "NVIDIA H200 141GB HBM3e" -- python train.py
+  gpuq submit --id sweep --array 0-99 --account vision --cost 5 -- sh -c 'python train.py --seed $GPUQ_ARRAY_INDEX'
   # --id makes a retried submit safe: the same id and terms are one job
   # without --cost the job is metered: it reserves gpus × walltime × the highest
   #   price (gpuq prices show) and is charged the runtime it uses
   # --hold waits for credits (refill or grant) instead of being rejected
-  # --wait follows the job and exits 0 when it succeeds, 3 when it fails or is cancelled`,
+  # --wait follows the job and exits 0 when it succeeds, 3 when it fails or is cancelled
+  # --array submits one task per index, ids sweep-0 … sweep-99, each reserving its own cost;
+  #   it prints every task's answer and exits 4 if any was rejected (the others stay submitted)`,
 		run: runSubmit,
 	})
 	register(&command{
 		name:    "cancel",
 		summary: "cancel a job; a running one is stopped on its host and settled when its worker reports",
-		usage:   "cancel ID [--account A]",
-		example: `  gpuq cancel train-42`,
-		run:     runCancel,
+		usage:   "cancel ID [--account A] | cancel --array ID [--account A]",
+		example: `  gpuq cancel train-42
+  gpuq cancel --array sweep   # every unfinished task of the array, one cancel each`,
+		run: runCancel,
 	})
 	register(&command{
 		name:    "jobs",
 		summary: "list jobs, newest first",
-		usage:   "jobs [--account A] [--state S] [--since T] [--until T] [--limit N]",
+		usage:   "jobs [--account A] [--state S] [--array ID] [--since T] [--until T] [--limit N]",
 		example: `  gpuq jobs --account vision --state pending
   gpuq jobs --output json --limit 1000
+  gpuq jobs --array sweep --limit 0   # the tasks of job array sweep
   gpuq jobs --since 2026-11-01 --until 2026-12-01 --account vision   # archived ones too
   # --since/--until filter by end time (a date, or RFC 3339) and read the history of
   #   archived jobs as well; jobs still unfinished count as ending after any --since`,
@@ -86,7 +92,11 @@ func runSubmit(ctx context.Context, e *env, args []string) error {
 	fs.DurationVar(&s.Walltime, "walltime", ledger.DefaultWalltime, "longest the job may run")
 	fs.IntVar(&s.MaxAttempts, "max-attempts", ledger.DefaultMaxAttempts, "attempts when a host is lost or fails")
 	fs.Var(env, "env", "an environment variable for the job, K=V (repeatable)")
+	fs.StringVar(&s.GPUModel, "gpu-model", "", "run only on hosts whose every GPU is this model, as NVML names it (gpuq hosts shows them), ignoring case")
+	fs.StringVar(&s.Workdir, "workdir", "", "the job's working directory on its host, an absolute path that must exist there (default: the attempt's own directory)")
+	fs.StringVar(&s.Name, "name", "", "a display name for the job, shown by gpuq job and gpuq jobs (printable text, at most 128 bytes)")
 	wait := fs.Bool("wait", false, "follow the job until it ends")
+	array := fs.String("array", "", "submit a job array: one task per index (0-99, 1,3,5-7; at most 1000), ids ID-INDEX, each with GPUQ_ARRAY_INDEX")
 	cmd, err := e.parse(c, fs, args)
 	if err != nil {
 		return err
@@ -111,6 +121,9 @@ func runSubmit(ctx context.Context, e *env, args []string) error {
 	}
 	if s.ID == "" {
 		s.ID = newID("job")
+	}
+	if flagSet(fs, "array") {
+		return submitArray(ctx, e, s, *array, *wait)
 	}
 	sess, err := e.session()
 	if err != nil {
@@ -205,6 +218,10 @@ func runCancel(ctx context.Context, e *env, args []string) error {
 	c := find("cancel")
 	fs := e.flags(c)
 	account := fs.String("account", "", "the job's account (default: read from the job)")
+	array := fs.String("array", "", "cancel every unfinished task of this job array instead of one job")
+	if hasArrayFlag(args) {
+		return runCancelArray(ctx, e, c, fs, account, array, args)
+	}
 	job, s, err := e.jobArg(c, fs, args)
 	if err != nil {
 		return err
@@ -257,6 +274,7 @@ func stateList() string {
 // jobRow is a job as jobs lists it.
 type jobRow struct {
 	ID        string          `json:"id"`
+	Name      string          `json:"name,omitempty"`
 	Account   string          `json:"account"`
 	State     ledger.JobState `json:"state"`
 	Priority  int             `json:"priority"`
@@ -269,15 +287,18 @@ type jobRow struct {
 	Reason    ledger.Reason   `json:"reason"`
 	Submitted time.Time       `json:"submitted_at"`
 	Ended     time.Time       `json:"ended_at,omitzero"`
+	ArrayID   string          `json:"array_id,omitempty"`
+	// ArrayIndex is the task's index in ArrayID (absent: 0).
+	ArrayIndex int `json:"array_index,omitempty"`
 	// Archived is when the job moved from the ledger to the history
 	// stream; zero for a job the ledger holds.
 	Archived time.Time `json:"archived_at,omitzero"`
 }
 
 func rowOf(j *ledger.Job) jobRow {
-	return jobRow{ID: j.ID, Account: j.Account, State: j.State, Priority: j.Priority, GPUs: j.GPUs,
+	return jobRow{ID: j.ID, Name: j.Name, Account: j.Account, State: j.State, Priority: j.Priority, GPUs: j.GPUs,
 		Cost: j.Cost, Reserved: j.Reserved, Charged: j.Charged, Attempt: j.Attempt, Host: j.Host, Reason: j.Reason,
-		Submitted: j.SubmittedAt, Ended: j.EndedAt}
+		Submitted: j.SubmittedAt, Ended: j.EndedAt, ArrayID: j.ArrayID, ArrayIndex: j.ArrayIndex}
 }
 
 func runJobs(ctx context.Context, e *env, args []string) error {
@@ -288,6 +309,7 @@ func runJobs(ctx context.Context, e *env, args []string) error {
 	limit := fs.Int("limit", 50, "at most this many, newest first (0: all)")
 	sinceText := fs.String("since", "", "only jobs that ended at or after this time (or are unfinished), archived ones too: 2026-11-01 or RFC 3339")
 	untilText := fs.String("until", "", "only jobs that ended before this time, archived ones too")
+	arrayID := fs.String("array", "", "only the tasks of this job array")
 	if err := e.parseNoArgs(c, fs, args); err != nil {
 		return err
 	}
@@ -308,7 +330,8 @@ func runJobs(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer s.close()
-	page, err := s.c.Jobs(ctx, client.JobFilter{Account: *account, State: ledger.JobState(*state), Since: since, Until: until, Limit: max(*limit, 0)})
+	page, err := s.c.Jobs(ctx, client.JobFilter{Account: *account, State: ledger.JobState(*state), Since: since, Until: until, Limit: max(*limit, 0),
+		ArrayID: *arrayID})
 	if err != nil {
 		return bucketHint(err)
 	}
@@ -325,15 +348,15 @@ func runJobs(ctx context.Context, e *env, args []string) error {
 		return printJSON(e.stdout, rows)
 	}
 	if byEnd {
-		t := newTable(e.stdout, "JOB", "ACCOUNT", "STATE", "PRI", "GPUS", "COST", "CHARGED", "ATTEMPT", "HOST", "SUBMITTED", "ENDED", "ARCHIVED", "REASON")
+		t := newTable(e.stdout, "JOB", "NAME", "ACCOUNT", "STATE", "PRI", "GPUS", "COST", "CHARGED", "ATTEMPT", "HOST", "SUBMITTED", "ENDED", "ARCHIVED", "REASON")
 		for _, r := range rows {
-			t.row(r.ID, r.Account, r.State, r.Priority, r.GPUs, r.Cost, r.Charged, r.Attempt, dash(r.Host), when(r.Submitted), when(r.Ended), when(r.Archived), dash(string(r.Reason)))
+			t.row(r.ID, dash(r.Name), r.Account, r.State, r.Priority, r.GPUs, r.Cost, r.Charged, r.Attempt, dash(r.Host), when(r.Submitted), when(r.Ended), when(r.Archived), dash(string(r.Reason)))
 		}
 		return t.flush()
 	}
-	t := newTable(e.stdout, "JOB", "ACCOUNT", "STATE", "PRI", "GPUS", "COST", "CHARGED", "ATTEMPT", "HOST", "SUBMITTED", "REASON")
+	t := newTable(e.stdout, "JOB", "NAME", "ACCOUNT", "STATE", "PRI", "GPUS", "COST", "CHARGED", "ATTEMPT", "HOST", "SUBMITTED", "REASON")
 	for _, r := range rows {
-		t.row(r.ID, r.Account, r.State, r.Priority, r.GPUs, r.Cost, r.Charged, r.Attempt, dash(r.Host), when(r.Submitted), dash(string(r.Reason)))
+		t.row(r.ID, dash(r.Name), r.Account, r.State, r.Priority, r.GPUs, r.Cost, r.Charged, r.Attempt, dash(r.Host), when(r.Submitted), dash(string(r.Reason)))
 	}
 	return t.flush()
 }
@@ -381,7 +404,11 @@ func runJob(ctx context.Context, e *env, args []string) error {
 		return printJSON(e.stdout, j)
 	}
 	w := e.stdout
-	fmt.Fprintf(w, "job       %s\naccount   %s\nstate     %s", j.ID, j.Account, j.State)
+	fmt.Fprintf(w, "job       %s\n", j.ID)
+	if j.Name != "" {
+		fmt.Fprintf(w, "name      %s\n", j.Name)
+	}
+	fmt.Fprintf(w, "account   %s\nstate     %s", j.Account, j.State)
 	if j.Reason != "" {
 		fmt.Fprintf(w, " (%s)", j.Reason)
 	}
@@ -395,6 +422,15 @@ func runJob(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(w, "command   %s\n", strings.Join(j.Command, " "))
 	fmt.Fprintf(w, "asks      %d GPUs, priority %d, walltime %v, %d attempts at most\n", j.GPUs, j.Priority, j.Walltime, j.MaxAttempts)
+	if j.GPUModel != "" {
+		fmt.Fprintf(w, "model     %s (only hosts whose every GPU is this model)\n", j.GPUModel)
+	}
+	if j.Workdir != "" {
+		fmt.Fprintf(w, "workdir   %s\n", j.Workdir)
+	}
+	if j.ArrayID != "" {
+		fmt.Fprintf(w, "array     task %d of array %s (gpuq jobs --array %s)\n", j.ArrayIndex, j.ArrayID, j.ArrayID)
+	}
 	pricing := "fixed cost"
 	if j.Metered {
 		pricing = "metered: reserved for gpus × walltime at the highest price, charged for the runtime used"

@@ -142,7 +142,7 @@ func runSchedulerCmd(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&o.core.NoBackfill, "no-backfill", false, "turn EASY backfill off")
 	fs.DurationVar(&o.core.Retry.Initial, "retry-initial", 10*time.Second, "wait before the first retry of a lost or failed-by-infrastructure attempt")
 	fs.DurationVar(&o.core.Retry.Max, "retry-max", 10*time.Minute, "longest wait between retries (the wait doubles each time)")
-	fs.DurationVar(&o.core.UnplaceableAfter, "unplaceable-after", time.Minute, "how long a job wider than every live host waits before it fails")
+	fs.DurationVar(&o.core.UnplaceableAfter, "unplaceable-after", time.Minute, "how long a job wider than every live host, or asking for a GPU model none has, waits before it fails")
 	fs.DurationVar(&o.core.LostAfter, "lost-after", 30*time.Second, "how long an attempt's host may be silent before it is declared lost")
 	retentionFlags(fs, &o)
 	fs.DurationVar(&o.core.JobRetention, "job-retention", scheduler.DefaultJobRetention,
