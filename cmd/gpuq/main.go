@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -304,4 +305,24 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 		}
 	})
 	return given
+}
+
+// onlyFlags returns a usage error naming each flag of own (a command's own
+// flags) that the user gave although what they asked for, named by what,
+// takes only those in takes: a flag that does not apply is refused, never
+// silently ignored.
+func onlyFlags(fs *flag.FlagSet, what string, own, takes []string) error {
+	var bad []string
+	for _, f := range own {
+		if flagSet(fs, f) && !slices.Contains(takes, f) {
+			bad = append(bad, "--"+f)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	if len(takes) == 0 {
+		return usagef("%s takes none of %s", what, strings.Join(bad, ", "))
+	}
+	return usagef("%s does not take %s (it takes --%s)", what, strings.Join(bad, ", "), strings.Join(takes, ", --"))
 }

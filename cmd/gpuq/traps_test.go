@@ -1,0 +1,128 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// accountRecord is the part of gpuq account show --output json these
+// tests read.
+type accountRecord struct {
+	Balance   int64 `json:"balance"`
+	Available int64 `json:"available"`
+	Accrued   int64 `json:"refill_accrued"`
+	Limits    struct {
+		MaxRunningJobs int `json:"max_running_jobs"`
+		MaxRunningGPUs int `json:"max_running_gpus"`
+	} `json:"limits"`
+	RefillRate int64 `json:"refill_rate_per_hour"`
+	RefillCap  int64 `json:"refill_cap"`
+}
+
+// TestUpdatesChangeOnlyWhatTheyName: limits, refill and prices set keep the
+// values their flags do not mention.
+func TestUpdatesChangeOnlyWhatTheyName(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, "")
+	d.ok("account", "limits", "demo", "--max-jobs", "2")
+	d.ok("account", "limits", "demo", "--max-gpus", "16")
+	d.ok("account", "refill", "demo", "--rate", "100", "--cap", "2000")
+	d.ok("account", "refill", "demo", "--cap", "3000")
+	var a accountRecord
+	d.json(&a, "account", "show", "demo")
+	if a.Limits.MaxRunningJobs != 2 || a.Limits.MaxRunningGPUs != 16 || a.RefillRate != 100 || a.RefillCap != 3000 {
+		t.Errorf("after limits --max-jobs 2, --max-gpus 16, refill --rate 100 --cap 2000, --cap 3000: %+v", a)
+	}
+	d.ok("account", "limits", "demo", "--max-jobs", "0")
+	d.json(&a, "account", "show", "demo")
+	if a.Limits.MaxRunningJobs != 0 || a.Limits.MaxRunningGPUs != 16 {
+		t.Errorf("--max-jobs 0 removes only the job cap: %+v", a.Limits)
+	}
+
+	d.ok("prices", "set", "--model", "NVIDIA H100 80GB HBM3=360", "--default", "300", "--failure-percent", "50", "--fixed-cost", "floor")
+	d.ok("prices", "set", "--failure-percent", "40")
+	d.ok("prices", "set", "--model", "NVIDIA H200 141GB HBM3e=720")
+	var p struct {
+		PerGPUHour     map[string]int64 `json:"per_gpu_hour"`
+		Default        int64            `json:"default"`
+		FailurePercent int              `json:"failure_percent"`
+		FixedCost      string           `json:"fixed_cost"`
+	}
+	d.json(&p, "prices", "show")
+	if p.Default != 300 || p.FailurePercent != 40 || p.FixedCost != "floor" || len(p.PerGPUHour) != 2 ||
+		p.PerGPUHour["NVIDIA H100 80GB HBM3"] != 360 || p.PerGPUHour["NVIDIA H200 141GB HBM3e"] != 720 {
+		t.Errorf("prices after three partial sets: %+v", p)
+	}
+	d.ok("prices", "set", "--replace", "--default", "10")
+	p.PerGPUHour, p.FixedCost = nil, "" // fixed_cost is left out when it is any
+	d.json(&p, "prices", "show")
+	if p.Default != 10 || p.FailurePercent != 100 || p.FixedCost != "" || len(p.PerGPUHour) != 0 {
+		t.Errorf("prices after --replace --default 10: %+v", p)
+	}
+}
+
+// TestFlagsThatDoNotApplyAreRefused: a flag the subcommand does not take
+// exits 2 naming it, and changes nothing.
+func TestFlagsThatDoNotApplyAreRefused(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, "")
+	cases := []struct {
+		args []string
+		says []string
+	}{
+		{[]string{"account", "create", "x", "--balance", "5", "--max-jobs", "2", "--rate", "5", "--cap", "50"}, []string{"--max-jobs", "--rate", "--cap"}},
+		{[]string{"account", "grant", "demo", "5", "--balance", "3"}, []string{"--balance"}},
+		{[]string{"account", "limits", "demo", "--max-jobs", "1", "--rate", "5"}, []string{"--rate"}},
+		{[]string{"account", "refill", "demo", "--rate", "5", "--cap", "9", "--max-gpus", "1"}, []string{"--max-gpus"}},
+		{[]string{"account", "weight", "demo", "2", "--cap", "1"}, []string{"--cap"}},
+		{[]string{"account", "show", "demo", "--id", "x"}, []string{"--id"}},
+		{[]string{"account", "list", "--balance", "1"}, []string{"--balance"}},
+		{[]string{"account", "limits", "demo"}, []string{"--max-jobs", "--max-gpus"}},
+		{[]string{"account", "show", "demo", "extra"}, []string{"want NAME"}},
+		{[]string{"prices", "show", "--default", "3"}, []string{"--default"}},
+		{[]string{"prices", "set"}, []string{"give what to change"}},
+	}
+	for _, c := range cases {
+		r := d.gpuq(c.args...)
+		if r.code != exitUsage {
+			t.Errorf("gpuq %s: exit %d, want %d\n%s%s", strings.Join(c.args, " "), r.code, exitUsage, r.stdout, r.stderr)
+		}
+		for _, s := range c.says {
+			if !strings.Contains(r.stderr, s) {
+				t.Errorf("gpuq %s: stderr does not name %s:\n%s", strings.Join(c.args, " "), s, r.stderr)
+			}
+		}
+	}
+	if r := d.gpuq("account", "show", "x"); r.code == 0 {
+		t.Errorf("account x was created by a refused command:\n%s", r.stdout)
+	}
+}
+
+// TestAccountShowCountsRefill: the refill earned since the account's last
+// command is in available, and said to be not yet recorded.
+func TestAccountShowCountsRefill(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, "")
+	d.ok("account", "create", "r", "--balance", "0")
+	d.ok("account", "refill", "r", "--rate", "360000", "--cap", "100") // 100 credits a second, up to 100
+	time.Sleep(1500 * time.Millisecond)                                // at least 100 credits accrue: the cap
+	var a accountRecord
+	d.json(&a, "account", "show", "r")
+	if a.Balance != 0 || a.Accrued != 100 || a.Available != 100 {
+		t.Errorf("show after refill to the cap: %+v", a)
+	}
+	out := d.ok("account", "show", "r")
+	if !strings.Contains(out, "100 credits of refill accrued") || !strings.Contains(out, "not yet recorded") {
+		t.Errorf("account show does not say what has accrued:\n%s", out)
+	}
+	var list []accountRecord
+	d.json(&list, "account", "list")
+	found := false
+	for _, v := range list {
+		found = found || v.Accrued == 100 && v.Available == 100
+	}
+	if !found {
+		t.Errorf("account list leaves out the accrued refill: %+v", list)
+	}
+}
