@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -223,7 +224,11 @@ func (e *env) logger(level string) (*slog.Logger, error) {
 func (e *env) parse(c *command, fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		// A negative number where a flag would be is an argument (account
+		// grant NAME -500), which the flag package would take for a flag.
+		n := negativeAt(fs, args)
+		head, tail := args[:n], args[n:]
+		if err := fs.Parse(head); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				printCommandHelp(e.stdout, c, fs)
 				return nil, flag.ErrHelp
@@ -231,15 +236,20 @@ func (e *env) parse(c *command, fs *flag.FlagSet, args []string) ([]string, erro
 			return nil, usageError{err.Error()}
 		}
 		rest := fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+		if consumed := len(head) - len(rest); len(rest) > 0 && consumed > 0 && head[consumed-1] == "--" {
 			pos = append(pos, rest...)
 			break
 		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
+		if len(rest) > 0 {
+			pos = append(pos, rest[0])
+			args = append(slices.Clip(rest[1:]), tail...)
+			continue
+		}
+		if len(tail) == 0 {
+			break
+		}
+		pos = append(pos, tail[0])
+		args = tail[1:]
 	}
 	if e.csv && e.output == "csv" {
 		return pos, nil
@@ -251,6 +261,41 @@ func (e *env) parse(c *command, fs *flag.FlagSet, args []string) ([]string, erro
 		return nil, usagef("--output %q: want table or json", e.output)
 	}
 	return pos, nil
+}
+
+// negativeAt returns the index of the first of args that is a negative
+// integer standing where a flag would (not the value of the flag before
+// it), or len(args) if there is none before the end or a "--".
+func negativeAt(fs *flag.FlagSet, args []string) int {
+	for i, a := range args {
+		if a == "--" {
+			return len(args)
+		}
+		if _, err := strconv.ParseInt(a, 10, 64); err == nil && strings.HasPrefix(a, "-") && !wantsValue(fs, args[:i]) {
+			return i
+		}
+	}
+	return len(args)
+}
+
+// wantsValue reports whether the last of before is a flag that takes the
+// next argument as its value: a flag of fs that is not boolean, given
+// without "=".
+func wantsValue(fs *flag.FlagSet, before []string) bool {
+	if len(before) == 0 {
+		return false
+	}
+	last := before[len(before)-1]
+	name := strings.TrimLeft(last, "-")
+	if !strings.HasPrefix(last, "-") || name == "" || strings.Contains(name, "=") || len(last)-len(name) > 2 {
+		return false
+	}
+	f := fs.Lookup(name)
+	if f == nil {
+		return false
+	}
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return !ok || !b.IsBoolFlag()
 }
 
 // jobArg parses the flags of a command that takes one job id, and opens a

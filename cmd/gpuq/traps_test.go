@@ -99,6 +99,24 @@ func TestFlagsThatDoNotApplyAreRefused(t *testing.T) {
 	}
 }
 
+// TestNegativeGrant: a negative amount is an argument, not a flag, and a
+// negative flag value still is the flag's.
+func TestNegativeGrant(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, "")
+	d.ok("account", "grant", "demo", "-100")
+	d.ok("account", "grant", "--id", "g2", "demo", "-50")
+	var a accountRecord
+	d.json(&a, "account", "show", "demo")
+	if a.Balance != 850 {
+		t.Errorf("balance after granting -100 and -50 to 1000: %d", a.Balance)
+	}
+	out := d.ok("submit", "--account", "demo", "--priority", "-5", "--cost", "1", "--", "echo", "-7")
+	if !strings.Contains(out, "accepted") {
+		t.Errorf("submit --priority -5: %s", out)
+	}
+}
+
 // TestAccountShowCountsRefill: the refill earned since the account's last
 // command is in available, and said to be not yet recorded.
 func TestAccountShowCountsRefill(t *testing.T) {
@@ -106,7 +124,7 @@ func TestAccountShowCountsRefill(t *testing.T) {
 	d := startDev(t, "")
 	d.ok("account", "create", "r", "--balance", "0")
 	d.ok("account", "refill", "r", "--rate", "360000", "--cap", "100") // 100 credits a second, up to 100
-	time.Sleep(1500 * time.Millisecond)                                // at least 100 credits accrue: the cap
+	time.Sleep(1500 * time.Millisecond)                               // at least 100 credits accrue: the cap
 	var a accountRecord
 	d.json(&a, "account", "show", "r")
 	if a.Balance != 0 || a.Accrued != 100 || a.Available != 100 {
