@@ -112,6 +112,9 @@ func runSubmit(ctx context.Context, e *env, args []string) error {
 	if s.ID == "" {
 		s.ID = newID("job")
 	}
+	if err := s.Validate(); err != nil {
+		return usagef("%v", err) // an out-of-range value is a usage error, before connecting
+	}
 	sess, err := e.session()
 	if err != nil {
 		return err
@@ -225,10 +228,19 @@ func runCancel(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	// A cancel of a job already ending or ended is done; one that named no
+	// such job in the account did nothing, and says so with exitRejected.
+	refused := ev.Type == ledger.EventIgnored && (ev.Reason == ledger.ReasonAccountMismatch || ev.Reason == ledger.ReasonUnknownJob)
 	if e.output == "json" {
-		return printJSON(e.stdout, ev)
+		if err := printJSON(e.stdout, ev); err != nil {
+			return err
+		}
+	} else if !refused {
+		fmt.Fprintf(e.stdout, "%s %s: %s\n", ev.Type, job, ev.Message)
 	}
-	fmt.Fprintf(e.stdout, "%s %s: %s\n", ev.Type, job, ev.Message)
+	if refused {
+		return exitError{exitRejected, fmt.Errorf("cancel %s: %s (%s)", job, ev.Message, ev.Reason)}
+	}
 	return nil
 }
 

@@ -144,3 +144,29 @@ func TestAccountShowCountsRefill(t *testing.T) {
 		t.Errorf("account list leaves out the accrued refill: %+v", list)
 	}
 }
+
+// TestExitCodesOfRangeAndWrongAccount: an out-of-range value is a usage
+// error, and a cancel that names no job of the account is rejected.
+func TestExitCodesOfRangeAndWrongAccount(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, "")
+	for _, args := range [][]string{
+		{"account", "limits", "demo", "--max-jobs", "-1"},
+		{"account", "weight", "demo", "0"},
+		{"account", "refill", "demo", "--rate", "5"}, // no cap
+		{"submit", "--account", "demo", "--priority", "5000", "--cost", "1", "--", "true"},
+		{"prices", "set", "--failure-percent", "140"},
+	} {
+		if r := d.gpuq(args...); r.code != exitUsage || !strings.Contains(r.stderr, "range") && !strings.Contains(r.stderr, "cap is 0") {
+			t.Errorf("gpuq %s: exit %d, want %d\n%s", strings.Join(args, " "), r.code, exitUsage, r.stderr)
+		}
+	}
+	d.ok("account", "create", "other", "--balance", "10")
+	d.ok("submit", "--id", "mine", "--account", "demo", "--cost", "1", "--hold", "--", "true")
+	for _, args := range [][]string{{"cancel", "mine", "--account", "other"}, {"cancel", "ghost", "--account", "demo"}} {
+		r := d.gpuq(args...)
+		if r.code != exitRejected {
+			t.Errorf("gpuq %s: exit %d, want %d\n%s%s", strings.Join(args, " "), r.code, exitRejected, r.stdout, r.stderr)
+		}
+	}
+}
