@@ -124,7 +124,7 @@ func TestAccountShowCountsRefill(t *testing.T) {
 	d := startDev(t, "")
 	d.ok("account", "create", "r", "--balance", "0")
 	d.ok("account", "refill", "r", "--rate", "360000", "--cap", "100") // 100 credits a second, up to 100
-	time.Sleep(1500 * time.Millisecond)                               // at least 100 credits accrue: the cap
+	time.Sleep(1500 * time.Millisecond)                                // at least 100 credits accrue: the cap
 	var a accountRecord
 	d.json(&a, "account", "show", "r")
 	if a.Balance != 0 || a.Accrued != 100 || a.Available != 100 {
