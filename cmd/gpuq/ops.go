@@ -68,6 +68,7 @@ func runLogs(ctx context.Context, e *env, args []string) error {
 		return nil
 	}
 	chunks := []wire.LogChunk{} // JSON [] when there are none
+	var kept int64              // bytes of output printed so far
 	for ch, err := range s.c.Logs(ctx, j, client.LogOptions{Attempt: *attempt, Follow: *followFlag}) {
 		switch {
 		case errors.Is(err, client.ErrBadChunk):
@@ -81,6 +82,7 @@ func runLogs(ctx context.Context, e *env, args []string) error {
 		if e.output == "json" {
 			chunks = append(chunks, ch)
 		} else if ch.End == "" {
+			kept += int64(len(ch.Data))
 			if ch.Stream == wire.Stderr {
 				_, _ = e.stderr.Write(ch.Data) // the terminal went away; nothing to do
 			} else {
@@ -88,6 +90,9 @@ func runLogs(ctx context.Context, e *env, args []string) error {
 			}
 		}
 		if ch.End != "" && e.output != "json" {
+			if ch.Truncated {
+				fmt.Fprintf(e.stderr, "gpuq: output cut here, after %d bytes: %s\n", kept, droppedText(ch.Dropped))
+			}
 			fmt.Fprintf(e.stderr, "gpuq: attempt %d ended: %s\n", ch.Attempt, ch.End)
 		}
 	}
@@ -95,6 +100,15 @@ func runLogs(ctx context.Context, e *env, args []string) error {
 		return printJSON(e.stdout, chunks)
 	}
 	return nil // everything stored so far is printed, or the attempt ended
+}
+
+// droppedText says how much output past the worker's cap was dropped;
+// dropped is 0 from a worker that does not count it.
+func droppedText(dropped int64) string {
+	if dropped == 0 {
+		return "the worker dropped what the attempt wrote past its cap (gpuq worker --max-log-bytes); this worker does not say how much"
+	}
+	return fmt.Sprintf("the worker dropped the %d bytes the attempt wrote past its cap (gpuq worker --max-log-bytes)", dropped)
 }
 
 // readHosts reads every live heartbeat (client.Heartbeats), warning on warn

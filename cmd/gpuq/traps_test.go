@@ -170,3 +170,18 @@ func TestExitCodesOfRangeAndWrongAccount(t *testing.T) {
 		}
 	}
 }
+
+// TestLogsSaysWhereOutputWasCut: output past the worker's cap is dropped,
+// and gpuq logs says where it was cut and how much was dropped.
+func TestLogsSaysWhereOutputWasCut(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, "", "--max-log-bytes", "1000")
+	d.ok("submit", "--id", "big", "--account", "demo", "--cost", "1", "--wait", "--", "sh", "-c", "head -c 5000 /dev/zero | tr '\\0' x")
+	r := d.gpuq("logs", "big")
+	if r.code != 0 || r.stdout != strings.Repeat("x", 1000) {
+		t.Errorf("logs big: exit %d, %d bytes on stdout, want the first 1000", r.code, len(r.stdout))
+	}
+	if !strings.Contains(r.stderr, "output cut here, after 1000 bytes: the worker dropped the 4000 bytes") {
+		t.Errorf("logs big does not say where the output was cut:\n%s", r.stderr)
+	}
+}
