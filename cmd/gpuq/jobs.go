@@ -350,6 +350,16 @@ func runJobs(ctx context.Context, e *env, args []string) error {
 	return t.flush()
 }
 
+// jobView is a job as job --output json prints it: the ledger's record
+// with its durations as strings, and when it left the ledger if it did.
+type jobView struct {
+	*ledger.Job
+	Walltime    string    `json:"walltime"`
+	Runtime     string    `json:"runtime,omitempty"` // once it has ended; runtime_ms counts the same in milliseconds
+	ArchivedAt  time.Time `json:"archived_at,omitzero"`
+	ArchivedSeq uint64    `json:"archived_seq,omitempty"`
+}
+
 // parseTime reads a --since or --until value: a date (2026-11-01, local
 // midnight) or an RFC 3339 time. Empty is the zero time.
 func parseTime(flag, v string) (time.Time, error) {
@@ -382,15 +392,15 @@ func runJob(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if e.output == "json" {
+		v := jobView{Job: j, Walltime: j.Walltime.String()}
+		if j.ExitCode != nil {
+			v.Runtime = (time.Duration(j.RuntimeMS) * time.Millisecond).String()
+		}
 		if archived != nil {
 			// The record as the ledger held it, with when it left.
-			return printJSON(e.stdout, struct {
-				*ledger.Job
-				ArchivedAt  time.Time `json:"archived_at"`
-				ArchivedSeq uint64    `json:"archived_seq"`
-			}{j, archived.ArchivedAt, archived.Seq})
+			v.ArchivedAt, v.ArchivedSeq = archived.ArchivedAt, archived.Seq
 		}
-		return printJSON(e.stdout, j)
+		return printJSON(e.stdout, v)
 	}
 	w := e.stdout
 	fmt.Fprintf(w, "job       %s\naccount   %s\nstate     %s", j.ID, j.Account, j.State)
