@@ -185,3 +185,10 @@ func TestLogsSaysWhereOutputWasCut(t *testing.T) {
 		t.Errorf("logs big does not say where the output was cut:\n%s", r.stderr)
 	}
 }
+
+// TestReadmeSaysWhatANewUserHitsFirst: the README warns of the silent first
+// build and says where go install puts gpuq.
+func TestReadmeSaysWhatANewUserHitsFirst(t *testing.T) {
+	t.Parallel()
+	readmeShows(t, "about\n40 seconds with nothing printed", `export PATH="$PATH:$(go env GOPATH)/bin"`)
+}
