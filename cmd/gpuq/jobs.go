@@ -303,6 +303,9 @@ func runJobs(ctx context.Context, e *env, args []string) error {
 	if err := e.parseNoArgs(c, fs, args); err != nil {
 		return err
 	}
+	if *limit < 0 {
+		return usagef("--limit %d: want 0 (all) or more", *limit)
+	}
 	if *state != "" && !slices.Contains(jobStates, ledger.JobState(*state)) {
 		return usagef("--state %q: want one of %s", *state, stateList())
 	}

@@ -251,6 +251,13 @@ func (e *env) parse(c *command, fs *flag.FlagSet, args []string) ([]string, erro
 		pos = append(pos, tail[0])
 		args = tail[1:]
 	}
+	// The daemons print no table or JSON, and only dev waits for an answer.
+	if daemons[c.name] && flagSet(fs, "output") {
+		return nil, usagef("gpuq %s prints no table or JSON and takes no --output; it logs to stderr in --log-format text or json", c.name)
+	}
+	if daemons[c.name] && c.name != "dev" && flagSet(fs, "timeout") {
+		return nil, usagef("gpuq %s waits for no answer and takes no --timeout", c.name)
+	}
 	if e.csv && e.output == "csv" {
 		return pos, nil
 	}

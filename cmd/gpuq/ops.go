@@ -61,6 +61,9 @@ func runLogs(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer s.close()
+	if *attempt < 0 {
+		return usagef("--attempt %d: want 1 or more (default: the latest)", *attempt)
+	}
 	j, err := s.job(ctx, job)
 	if err != nil {
 		return err
@@ -291,6 +294,9 @@ func runAudit(ctx context.Context, e *env, args []string) error {
 	}
 	if *margin < 0 {
 		return usagef("--seal-margin %v: want 0 or more", *margin)
+	}
+	if *full && flagSet(fs, "seal-margin") {
+		return usagef("--full reads every journal from its start and takes no --seal-margin")
 	}
 	s, err := e.session()
 	if err != nil {

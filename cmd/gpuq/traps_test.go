@@ -82,6 +82,11 @@ func TestFlagsThatDoNotApplyAreRefused(t *testing.T) {
 		{[]string{"account", "show", "demo", "extra"}, []string{"want NAME"}},
 		{[]string{"prices", "show", "--default", "3"}, []string{"--default"}},
 		{[]string{"prices", "set"}, []string{"give what to change"}},
+		{[]string{"audit", "--full", "--seal-margin", "1m"}, []string{"--seal-margin"}},
+		{[]string{"jobs", "--limit", "-1"}, []string{"--limit -1"}},
+		{[]string{"logs", "--attempt", "-2", "ghost"}, []string{"--attempt -2"}},
+		{[]string{"scheduler", "--output", "json"}, []string{"--output"}},
+		{[]string{"worker", "--timeout", "5s"}, []string{"--timeout"}},
 	}
 	for _, c := range cases {
 		r := d.gpuq(c.args...)
