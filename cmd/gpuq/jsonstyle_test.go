@@ -97,6 +97,7 @@ func TestJSONStyle(t *testing.T) {
 		{"status"},
 		{"usage"},
 		{"usage", "--by", "job"},
+		{"version"},
 	}
 	covered := map[string]bool{}
 	for _, args := range runs {

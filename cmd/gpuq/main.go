@@ -102,6 +102,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return exitOK
 	}
+	if args[0] == "--version" {
+		args = append([]string{"version"}, args[1:]...)
+	}
 	c := find(args[0])
 	if c == nil {
 		fmt.Fprintf(stderr, "gpuq: unknown command %q; run gpuq help for the list\n", args[0])

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -196,4 +198,27 @@ func TestLogsSaysWhereOutputWasCut(t *testing.T) {
 func TestReadmeSaysWhatANewUserHitsFirst(t *testing.T) {
 	t.Parallel()
 	readmeShows(t, "about\n40 seconds with nothing printed", `export PATH="$PATH:$(go env GOPATH)/bin"`)
+}
+
+// TestVersion: gpuq version names the module, the Go release and, when the
+// build recorded it (not under GOFLAGS=-buildvcs=false), the commit.
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	var buf, errb strings.Builder
+	if code := run([]string{"version", "--output", "json"}, &buf, &errb); code != 0 {
+		t.Fatalf("version: exit %d: %s", code, errb.String())
+	}
+	cmd := exec.Command(gpuqBin, "version", "--output", "json")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v versionInfo
+	if err := json.Unmarshal(out, &v); err != nil || v.Module != "github.com/gpuq/gpuq" || !strings.HasPrefix(v.Go, "go1.") || v.Version == "" {
+		t.Errorf("gpuq version --output json = %s (%+v, %v)", out, v, err)
+	}
+	text, err := exec.Command(gpuqBin, "--version").Output()
+	if err != nil || !strings.HasPrefix(string(text), "gpuq "+v.Version+" (github.com/gpuq/gpuq, "+v.Go+")") || !strings.Contains(string(text), v.Revision) {
+		t.Errorf("gpuq --version = %q, %v", text, err)
+	}
 }
