@@ -85,7 +85,8 @@ func runAccount(ctx context.Context, e *env, args []string) error {
 	sub, rest := pos[0], pos[1:]
 	takes, ok := accountFlags[sub]
 	if !ok {
-		return usagef("unknown subcommand %q: want create, grant, limits, refill, weight, show or list", sub)
+		return usagef("unknown subcommand %q%s: want create, grant, limits, refill, weight, show or list", sub,
+			didYouMean(sub, []string{"create", "grant", "limits", "refill", "weight", "show", "list"}))
 	}
 	if err := onlyFlags(fs, "account "+sub, []string{"id", "balance", "max-jobs", "max-gpus", "rate", "cap"}, takes); err != nil {
 		return err

@@ -107,7 +107,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	c := find(args[0])
 	if c == nil {
-		fmt.Fprintf(stderr, "gpuq: unknown command %q; run gpuq help for the list\n", args[0])
+		names := make([]string, len(commands))
+		for i, c := range commands {
+			names[i] = c.name
+		}
+		fmt.Fprintf(stderr, "gpuq: unknown command %q%s; run gpuq help for the list\n", args[0], didYouMean(args[0], names))
 		return exitUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -380,4 +384,51 @@ func onlyFlags(fs *flag.FlagSet, what string, own, takes []string) error {
 		return usagef("%s takes none of %s", what, strings.Join(bad, ", "))
 	}
 	return usagef("%s does not take %s (it takes --%s)", what, strings.Join(bad, ", "), strings.Join(takes, ", --"))
+}
+
+// didYouMean returns ", did you mean X?" naming the closest of names to
+// typed (by edit distance, at most a third of its length and never more
+// than 2 edits, or a name typed starts), or "" if none is close.
+func didYouMean(typed string, names []string) string {
+	best, bestD := "", 0
+	for _, n := range names {
+		d := editDistance(typed, n)
+		if len(typed) >= 3 && strings.HasPrefix(n, typed) {
+			d = 1
+		}
+		if d <= min(2, max(1, len(typed)/3)) && (best == "" || d < bestD || d == bestD && n < best) {
+			best, bestD = n, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(", did you mean %s?", best)
+}
+
+// editDistance is the edit distance between a and b, in bytes: insertions,
+// deletions, substitutions and swaps of two neighbours (optimal string
+// alignment), so "lsit" is one edit from "list".
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
 }

@@ -222,3 +222,28 @@ func TestVersion(t *testing.T) {
 		t.Errorf("gpuq --version = %q, %v", text, err)
 	}
 }
+
+// TestDidYouMean: a mistyped command or account subcommand names the one
+// meant; one far from every name names none.
+func TestDidYouMean(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"sumbit"}, "did you mean submit?"},
+		{[]string{"acount", "list"}, "did you mean account?"},
+		{[]string{"stat"}, "did you mean status?"},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"; run gpuq help`},
+		{[]string{"account", "lsit"}, "did you mean list?"},
+	} {
+		var out, errb strings.Builder
+		code := run(c.args, &out, &errb)
+		if code != exitUsage || !strings.Contains(errb.String(), c.says) {
+			t.Errorf("gpuq %s: exit %d, stderr %q, want %q", strings.Join(c.args, " "), code, errb.String(), c.says)
+		}
+	}
+	if s := didYouMean("frobnicate", []string{"submit", "status"}); s != "" {
+		t.Errorf("didYouMean(frobnicate) = %q", s)
+	}
+}
