@@ -8,8 +8,9 @@ import (
 	"testing"
 )
 
-// notJSON are the commands that print no JSON: the daemons log instead.
-var notJSON = map[string]bool{"dev": true, "scheduler": true, "worker": true}
+// notJSON are the commands that print no JSON: the daemons log instead,
+// and completion prints a shell script (and refuses --output).
+var notJSON = map[string]bool{"dev": true, "scheduler": true, "worker": true, "completion": true}
 
 // mapKeys are the JSON keys whose value is a map keyed by data (model
 // names, environment variables), not by field names.

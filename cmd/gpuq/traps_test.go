@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -245,5 +249,68 @@ func TestDidYouMean(t *testing.T) {
 	}
 	if s := didYouMean("frobnicate", []string{"submit", "status"}); s != "" {
 		t.Errorf("didYouMean(frobnicate) = %q", s)
+	}
+}
+
+// TestCompletion: the bash script completes commands, subcommands and each
+// command's flags, in a real bash; zsh's and fish's name every command, and
+// parse where those shells are installed.
+func TestCompletion(t *testing.T) {
+	t.Parallel()
+	script, err := exec.Command(gpuqBin, "completion", "bash").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	complete := func(words ...string) string {
+		t.Helper()
+		line := fmt.Sprintf(`source /dev/stdin; COMP_WORDS=(%s); COMP_CWORD=%d; _gpuq; echo "${COMPREPLY[*]}"`, strings.Join(words, " "), len(words)-1)
+		cmd := exec.Command("bash", "-c", line)
+		cmd.Stdin = bytes.NewReader(script)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("bash completion of %q: %v", words, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	for _, c := range []struct {
+		words []string
+		want  string
+	}{
+		{[]string{"gpuq", "su"}, "submit"},
+		{[]string{"gpuq", "account", "li"}, "limits list"},
+		{[]string{"gpuq", "submit", "--wa"}, "--wait --walltime"},
+		{[]string{"gpuq", "logs", "-"}, "--attempt --creds -f"},
+		{[]string{"gpuq", "prices", "--rep"}, "--replace"},
+		{[]string{"gpuq", "help", "acc"}, "account"},
+	} {
+		if got := complete(c.words...); !strings.HasPrefix(got, c.want) {
+			t.Errorf("completing %q: %q, want it to start %q", c.words, got, c.want)
+		}
+	}
+	if got := complete("gpuq", "scheduler", "--out"); got != "" {
+		t.Errorf("completing scheduler --out: %q; the daemons take no --output", got)
+	}
+	for _, sh := range []string{"zsh", "fish"} {
+		out, err := exec.Command(gpuqBin, "completion", sh).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range commands {
+			if !regexp.MustCompile(`(^|[\s"'])` + c.name + `([\s"']|$)`).Match(out) {
+				t.Errorf("gpuq completion %s leaves out %s", sh, c.name)
+			}
+		}
+		if path, err := exec.LookPath(sh); err == nil {
+			cmd := exec.Command(path, "-n")
+			cmd.Stdin = bytes.NewReader(out)
+			if msg, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("%s -n: %v\n%s", sh, err, msg)
+			}
+		}
+	}
+	for _, args := range [][]string{{"completion", "tcsh"}, {"completion", "bash", "--output", "json"}} {
+		if r := run(args, io.Discard, io.Discard); r != exitUsage {
+			t.Errorf("gpuq %s: exit %d, want %d", strings.Join(args, " "), r, exitUsage)
+		}
 	}
 }
