@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -40,10 +41,12 @@ func init() {
 	register(&command{
 		name:    "jobs",
 		summary: "list jobs, newest first",
-		usage:   "jobs [--account A] [--state S] [--since T] [--until T] [--limit N]",
+		usage:   "jobs [--account A] [--state S] [--since T] [--until T] [--limit N] [--watch [--interval D]]",
 		example: `  gpuq jobs --account vision --state pending
   gpuq jobs --output json --limit 1000
   gpuq jobs --since 2026-11-01 --until 2026-12-01 --account vision   # archived ones too
+  gpuq jobs --watch --account vision     # print the list again each time it changes; Ctrl-C stops
+  gpuq jobs --watch --output json        # a JSON line (the list) each time it changes
   # --since/--until filter by end time (a date, or RFC 3339) and read the history of
   #   archived jobs as well; jobs still unfinished count as ending after any --since`,
 		run: runJobs,
@@ -300,6 +303,8 @@ func runJobs(ctx context.Context, e *env, args []string) error {
 	limit := fs.Int("limit", 50, "at most this many, newest first (0: all)")
 	sinceText := fs.String("since", "", "only jobs that ended at or after this time (or are unfinished), archived ones too: 2026-11-01 or RFC 3339")
 	untilText := fs.String("until", "", "only jobs that ended before this time, archived ones too")
+	watch := fs.Bool("watch", false, "read the jobs again every --interval and print them each time they change, until interrupted")
+	interval := fs.Duration("interval", 2*time.Second, "with --watch: how often to read the jobs")
 	if err := e.parseNoArgs(c, fs, args); err != nil {
 		return err
 	}
@@ -318,14 +323,60 @@ func runJobs(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	byEnd := *sinceText != "" || *untilText != ""
+	if !*watch && flagSet(fs, "interval") {
+		return usagef("--interval is how often --watch reads the jobs; give --watch too")
+	}
+	if *watch && *interval < 100*time.Millisecond {
+		return usagef("--interval %v: want 100ms or more", *interval)
+	}
 	s, err := e.session()
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	page, err := s.c.Jobs(ctx, client.JobFilter{Account: *account, State: ledger.JobState(*state), Since: since, Until: until, Limit: max(*limit, 0)})
+	filter := client.JobFilter{Account: *account, State: ledger.JobState(*state), Since: since, Until: until, Limit: max(*limit, 0)}
+	if !*watch {
+		out, err := listJobs(ctx, e, s, filter, byEnd)
+		if err != nil {
+			return err
+		}
+		_, err = io.WriteString(e.stdout, out)
+		return err
+	}
+	// Read again every interval and print the list when it changed, until
+	// interrupted: a table under the time it was read, or a JSON line.
+	last := ""
+	for {
+		out, err := listJobs(ctx, e, s, filter, byEnd)
+		if ctx.Err() != nil {
+			return nil // Ctrl-C ends the watch
+		}
+		if err != nil {
+			return err
+		}
+		if out != last {
+			if e.output != "json" {
+				fmt.Fprintf(e.stdout, "\n%s (every %v; Ctrl-C stops)\n", time.Now().Format("15:04:05"), *interval)
+			}
+			if _, err := io.WriteString(e.stdout, out); err != nil {
+				return err
+			}
+			last = out
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(*interval):
+		}
+	}
+}
+
+// listJobs reads the jobs filter selects and returns them as jobs prints
+// them: a table, or one line of JSON.
+func listJobs(ctx context.Context, e *env, s *session, filter client.JobFilter, byEnd bool) (string, error) {
+	page, err := s.c.Jobs(ctx, filter)
 	if err != nil {
-		return bucketHint(err)
+		return "", bucketHint(err)
 	}
 	warnForeign(e, page.Foreign)
 	rows := make([]jobRow, 0, len(page.Jobs))
@@ -336,21 +387,24 @@ func runJobs(ctx context.Context, e *env, args []string) error {
 		}
 		rows = append(rows, r)
 	}
+	var b strings.Builder
 	if e.output == "json" {
-		return printJSON(e.stdout, rows)
+		err := printJSON(&b, rows)
+		return b.String(), err
 	}
 	if byEnd {
-		t := newTable(e.stdout, "JOB", "ACCOUNT", "STATE", "PRI", "GPUS", "COST", "CHARGED", "ATTEMPT", "HOST", "SUBMITTED", "ENDED", "ARCHIVED", "REASON")
+		t := newTable(&b, "JOB", "ACCOUNT", "STATE", "PRI", "GPUS", "COST", "CHARGED", "ATTEMPT", "HOST", "SUBMITTED", "ENDED", "ARCHIVED", "REASON")
 		for _, r := range rows {
 			t.row(r.ID, r.Account, r.State, r.Priority, r.GPUs, r.Cost, r.Charged, r.Attempt, dash(r.Host), when(r.Submitted), when(r.Ended), when(r.Archived), dash(string(r.Reason)))
 		}
-		return t.flush()
+		return b.String(), t.flush()
 	}
-	t := newTable(e.stdout, "JOB", "ACCOUNT", "STATE", "PRI", "GPUS", "COST", "CHARGED", "ATTEMPT", "HOST", "SUBMITTED", "REASON")
+	t := newTable(&b, "JOB", "ACCOUNT", "STATE", "PRI", "GPUS", "COST", "CHARGED", "ATTEMPT", "HOST", "SUBMITTED", "REASON")
 	for _, r := range rows {
 		t.row(r.ID, r.Account, r.State, r.Priority, r.GPUs, r.Cost, r.Charged, r.Attempt, dash(r.Host), when(r.Submitted), dash(string(r.Reason)))
 	}
-	return t.flush()
+	err = t.flush()
+	return b.String(), err
 }
 
 // jobView is a job as job --output json prints it: the ledger's record

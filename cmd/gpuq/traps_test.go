@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -312,5 +314,55 @@ func TestCompletion(t *testing.T) {
 		if r := run(args, io.Discard, io.Discard); r != exitUsage {
 			t.Errorf("gpuq %s: exit %d, want %d", strings.Join(args, " "), r, exitUsage)
 		}
+	}
+}
+
+// TestJobsWatch: jobs --watch prints the list again each time it changes,
+// a JSON line each, and Ctrl-C ends it with exit 0.
+func TestJobsWatch(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, gpuqBin, "jobs", "--watch", "--interval", "100ms", "--output", "json")
+	cmd.Env = append(os.Environ(), "NATS_URL="+d.url)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d.ok("submit", "--id", "watched", "--account", "demo", "--cost", "1", "--wait", "--", "true")
+	for !strings.Contains(out.String(), `"state":"succeeded"`) {
+		if ctx.Err() != nil {
+			t.Fatalf("jobs --watch never showed watched succeeded:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // three more reads: nothing changed, nothing printed
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("jobs --watch after Ctrl-C: %v\n%s", err, out.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	seen := map[string]bool{}
+	for i, line := range lines {
+		var rows []struct{ ID, State string }
+		if err := json.Unmarshal([]byte(line), &rows); err != nil {
+			t.Fatalf("line %d of jobs --watch is not a JSON list: %q", i+1, line)
+		}
+		if i > 0 && line == lines[i-1] {
+			t.Errorf("line %d repeats the one before: printed though nothing changed", i+1)
+		}
+		for _, r := range rows {
+			seen[r.State] = true
+		}
+	}
+	if len(lines) < 2 || !seen["succeeded"] {
+		t.Errorf("jobs --watch printed:\n%s", out.String())
+	}
+	if r := d.gpuq("jobs", "--interval", "1s"); r.code != exitUsage {
+		t.Errorf("jobs --interval without --watch: exit %d", r.code)
 	}
 }
