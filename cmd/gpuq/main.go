@@ -169,7 +169,9 @@ Every command takes --prefix, the installation's subject prefix. All but dev
 (which runs its own server) connect with --nats URL (or $NATS_URL, default
 nats://127.0.0.1:4222), --creds FILE (or $NATS_CREDS) or --nkey SEEDFILE (or
 $NATS_NKEY), --inbox-prefix (or $NATS_INBOX_PREFIX; deploy/ gives each user
-its own), --tls-ca, --tls-cert and --tls-key. --output table|json and --timeout (how long to wait for the
+its own), --tls-ca, --tls-cert and --tls-key, or take them from a context
+of the config file ($GPUQ_CONFIG, or ~/.config/gpuq/config) named with
+--context NAME or $GPUQ_CONTEXT (see docs/cli.md). --output table|json and --timeout (how long to wait for the
 scheduler's answer) are for the commands that ask gpuq something: the daemons
 (dev, scheduler, worker) print no table or JSON, and of them only dev uses
 --timeout; they log to stderr at --log-level (default info) in --log-format
@@ -257,6 +259,9 @@ func (e *env) parse(c *command, fs *flag.FlagSet, args []string) ([]string, erro
 		}
 		pos = append(pos, tail[0])
 		args = tail[1:]
+	}
+	if err := e.conn.applyContext(fs); err != nil {
+		return nil, err
 	}
 	// The daemons print no table or JSON, and only dev waits for an answer.
 	if daemons[c.name] && flagSet(fs, "output") {

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -364,5 +366,82 @@ func TestJobsWatch(t *testing.T) {
 	}
 	if r := d.gpuq("jobs", "--interval", "1s"); r.code != exitUsage {
 		t.Errorf("jobs --interval without --watch: exit %d", r.code)
+	}
+}
+
+// TestConfigContexts: a config file's contexts supply the connection
+// settings, in the documented order: flag, named context, environment,
+// default context.
+func TestConfigContexts(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, "")
+	dead := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config")
+	write := func(text string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gpuq := func(env []string, args ...string) result {
+		t.Helper()
+		cmd := exec.Command(gpuqBin, args...)
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "NATS_") && !strings.HasPrefix(kv, "GPUQ_") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		cmd.Env = append(cmd.Env, append([]string{"GPUQ_CONFIG=" + path}, env...)...)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		r := result{stdout: out.String(), stderr: errb.String()}
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			r.code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	write("# contexts\ncontext = live\n\n[live]\nnats = " + d.url + "\ntimeout = 10s\n\n[gone]\nnats = " + dead + "\n")
+	for _, c := range []struct {
+		name string
+		env  []string
+		args []string
+		ok   bool
+	}{
+		{"the default context", nil, nil, true},
+		{"$NATS_URL over the default context", []string{"NATS_URL=" + dead}, nil, false},
+		{"--context over $NATS_URL", []string{"NATS_URL=" + dead}, []string{"--context", "live"}, true},
+		{"$GPUQ_CONTEXT over $NATS_URL", []string{"NATS_URL=" + dead, "GPUQ_CONTEXT=live"}, nil, true},
+		{"$GPUQ_CONTEXT over the default context", []string{"GPUQ_CONTEXT=gone"}, nil, false},
+		{"--nats over --context", nil, []string{"--context", "live", "--nats", dead}, false},
+		{"--context over $GPUQ_CONTEXT", []string{"GPUQ_CONTEXT=gone"}, []string{"--context", "live"}, true},
+	} {
+		r := gpuq(c.env, append([]string{"account", "show", "demo", "--timeout", "3s"}, c.args...)...)
+		if (r.code == 0) != c.ok || !c.ok && !strings.Contains(r.stderr, "cannot reach NATS") {
+			t.Errorf("%s: exit %d, want success %v\n%s%s", c.name, r.code, c.ok, r.stdout, r.stderr)
+		}
+	}
+	if r := gpuq(nil, "jobs", "--context", "lvie"); r.code != exitUsage || !strings.Contains(r.stderr, "did you mean live?") {
+		t.Errorf("an unknown context: exit %d\n%s", r.code, r.stderr)
+	}
+	// A context's timeout is not a --timeout the scheduler refuses.
+	if r := gpuq(nil, "scheduler", "--help"); r.code != 0 {
+		t.Errorf("scheduler --help with a context: exit %d\n%s", r.code, r.stderr)
+	}
+	for _, bad := range []struct{ text, says string }{
+		{"[live]\nnats = x\nserver = y\n", `line 3: unknown key "server"`},
+		{"nats = x\n", `line 1: "nats" before the first [context]`},
+		{"context = nowhere\n[live]\n", `default context "nowhere" is not defined`},
+		{"[live]\nnats\n", "line 2: want KEY = VALUE"},
+		{"[a b]\n", "line 1: want [NAME]"},
+	} {
+		write(bad.text)
+		if r := gpuq(nil, "jobs"); r.code != exitUsage || !strings.Contains(r.stderr, bad.says) {
+			t.Errorf("config %q: exit %d, want %d saying %q\n%s", bad.text, r.code, exitUsage, bad.says, r.stderr)
+		}
 	}
 }
