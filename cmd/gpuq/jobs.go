@@ -397,7 +397,8 @@ func listJobs(ctx context.Context, e *env, s *session, filter client.JobFilter, 
 		for _, r := range rows {
 			t.row(r.ID, r.Account, r.State, r.Priority, r.GPUs, r.Cost, r.Charged, r.Attempt, dash(r.Host), when(r.Submitted), when(r.Ended), when(r.Archived), dash(string(r.Reason)))
 		}
-		return b.String(), t.flush()
+		err := t.flush()
+		return b.String(), err
 	}
 	t := newTable(&b, "JOB", "ACCOUNT", "STATE", "PRI", "GPUS", "COST", "CHARGED", "ATTEMPT", "HOST", "SUBMITTED", "REASON")
 	for _, r := range rows {

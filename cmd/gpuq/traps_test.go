@@ -283,7 +283,7 @@ func TestCompletion(t *testing.T) {
 		{[]string{"gpuq", "su"}, "submit"},
 		{[]string{"gpuq", "account", "li"}, "limits list"},
 		{[]string{"gpuq", "submit", "--wa"}, "--wait --walltime"},
-		{[]string{"gpuq", "logs", "-"}, "--attempt --creds -f"},
+		{[]string{"gpuq", "logs", "-"}, "--attempt --context --creds -f"},
 		{[]string{"gpuq", "prices", "--rep"}, "--replace"},
 		{[]string{"gpuq", "help", "acc"}, "account"},
 	} {
