@@ -158,6 +158,10 @@ func runAccount(ctx context.Context, e *env, args []string) error {
 		// change what the user named. Two admins doing this at once can
 		// undo each other's change; the help says so.
 		a, err := s.c.Account(ctx, name)
+		if errors.Is(err, client.ErrNotFound) {
+			// As the scheduler would answer the command: rejected.
+			return exitError{exitRejected, fmt.Errorf("%s %s: account %s does not exist; create it first (%s)", sub, name, name, ledger.ReasonUnknownAccount)}
+		}
 		if err != nil {
 			return accountErr(name, err)
 		}

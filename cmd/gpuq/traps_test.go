@@ -178,7 +178,8 @@ func TestExitCodesOfRangeAndWrongAccount(t *testing.T) {
 	}
 	d.ok("account", "create", "other", "--balance", "10")
 	d.ok("submit", "--id", "mine", "--account", "demo", "--cost", "1", "--hold", "--", "true")
-	for _, args := range [][]string{{"cancel", "mine", "--account", "other"}, {"cancel", "ghost", "--account", "demo"}} {
+	for _, args := range [][]string{{"cancel", "mine", "--account", "other"}, {"cancel", "ghost", "--account", "demo"},
+		{"account", "limits", "nobody", "--max-jobs", "1"}, {"account", "refill", "nobody", "--rate", "1", "--cap", "5"}} {
 		r := d.gpuq(args...)
 		if r.code != exitRejected {
 			t.Errorf("gpuq %s: exit %d, want %d\n%s%s", strings.Join(args, " "), r.code, exitRejected, r.stdout, r.stderr)
