@@ -42,7 +42,8 @@ func commandFlags(c *command) []string {
 	var out []string
 	for _, m := range flagLine.FindAllStringSubmatch(buf.String(), -1) {
 		switch name := m[1]; {
-		case (daemons[c.name] || c.name == "completion") && name == "output", daemons[c.name] && c.name != "dev" && name == "timeout":
+		case (daemons[c.name] || c.name == "completion") && name == "output", daemons[c.name] && c.name != "dev" && name == "timeout",
+			offline[c.name] && (name == "context" || connKey(name)):
 			// registered for every command, refused by these (env.parse)
 		case len(name) == 1:
 			out = append(out, "-"+name)

@@ -43,6 +43,12 @@ var contextKeys = map[string]string{
 	"tls-ca": "", "tls-cert": "", "tls-key": "", "prefix": "", "timeout": "",
 }
 
+// connKey reports whether name is a connection flag's.
+func connKey(name string) bool {
+	_, ok := contextKeys[name]
+	return ok
+}
+
 // pathKeys are the settings that name a file: a leading ~/ is the home
 // directory.
 var pathKeys = map[string]bool{"creds": true, "nkey": true, "tls-ca": true, "tls-cert": true, "tls-key": true}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"slices"
@@ -83,6 +84,10 @@ type env struct {
 // daemons are the commands that run until stopped and log as they go:
 // they take --log-format (and each its own --log-level).
 var daemons = map[string]bool{"dev": true, "scheduler": true, "worker": true}
+
+// offline are the commands that connect to nothing: they refuse the
+// connection flags rather than ignore them.
+var offline = map[string]bool{"version": true, "completion": true}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -260,7 +265,12 @@ func (e *env) parse(c *command, fs *flag.FlagSet, args []string) ([]string, erro
 		pos = append(pos, tail[0])
 		args = tail[1:]
 	}
-	if err := e.conn.applyContext(fs); err != nil {
+	if offline[c.name] {
+		conn := append(slices.Sorted(maps.Keys(contextKeys)), "context")
+		if err := onlyFlags(fs, "gpuq "+c.name+" connects to nothing and", conn, nil); err != nil {
+			return nil, err
+		}
+	} else if err := e.conn.applyContext(fs); err != nil {
 		return nil, err
 	}
 	// The daemons print no table or JSON, and only dev waits for an answer.

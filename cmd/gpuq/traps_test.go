@@ -97,6 +97,8 @@ func TestFlagsThatDoNotApplyAreRefused(t *testing.T) {
 		{[]string{"logs", "--attempt", "-2", "ghost"}, []string{"--attempt -2"}},
 		{[]string{"scheduler", "--output", "json"}, []string{"--output"}},
 		{[]string{"worker", "--timeout", "5s"}, []string{"--timeout"}},
+		{[]string{"version", "--nats", "nats://x:1"}, []string{"--nats"}},
+		{[]string{"completion", "bash", "--context", "x"}, []string{"--context"}},
 	}
 	for _, c := range cases {
 		r := d.gpuq(c.args...)
