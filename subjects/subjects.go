@@ -40,11 +40,12 @@ const (
 	MsgIDHeader = "Nats-Msg-Id"
 
 	// Headers of a job output chunk on gpuq.log.<account>.<job>.<host>.
-	LogAttemptHeader = "Gpuq-Attempt"   // the attempt that wrote it
-	LogStreamHeader  = "Gpuq-Stream"    // "stdout" or "stderr"; empty on the end marker
-	LogSeqHeader     = "Gpuq-Seq"       // the chunk's number within the attempt, from 1
-	LogEndHeader     = "Gpuq-End"       // on the last chunk of an attempt: how it ended
-	LogTruncHeader   = "Gpuq-Truncated" // the attempt wrote more than the cap; the rest was dropped
+	LogAttemptHeader = "Gpuq-Attempt"       // the attempt that wrote it
+	LogStreamHeader  = "Gpuq-Stream"        // "stdout" or "stderr"; empty on the end marker
+	LogSeqHeader     = "Gpuq-Seq"           // the chunk's number within the attempt, from 1
+	LogEndHeader     = "Gpuq-End"           // on the last chunk of an attempt: how it ended
+	LogTruncHeader   = "Gpuq-Truncated"     // the attempt wrote more than the cap; the rest was dropped
+	LogDroppedHeader = "Gpuq-Dropped-Bytes" // with Gpuq-Truncated: how many bytes were dropped
 )
 
 // Command kinds: the third token of a subject on the command stream.

@@ -27,6 +27,9 @@ type LogChunk struct {
 	Data      []byte
 	End       string // on the end marker: how the attempt ended, e.g. "exit 0"
 	Truncated bool   // set on the end marker when output past the cap was dropped
+	// Dropped is, on a truncated end marker, how many bytes past the cap
+	// were dropped; 0 from a worker that does not count them.
+	Dropped int64
 }
 
 // Output streams.
@@ -61,6 +64,9 @@ func EncodeLogChunk(n subjects.Names, c LogChunk) (Message, error) {
 	if c.Truncated {
 		h[subjects.LogTruncHeader] = "true"
 	}
+	if c.Dropped > 0 {
+		h[subjects.LogDroppedHeader] = strconv.FormatInt(c.Dropped, 10)
+	}
 	return Message{Subject: n.Log(c.Account, c.Job, c.Host), Header: h, Data: c.Data}, nil
 }
 
@@ -79,6 +85,13 @@ func DecodeLogChunk(n subjects.Names, subject string, header func(string) string
 	}
 	c := LogChunk{Account: ls.Account, Job: job, Host: ls.Host, Attempt: attempt, Seq: seq, Data: data, Stream: header(subjects.LogStreamHeader),
 		End: header(subjects.LogEndHeader), Truncated: header(subjects.LogTruncHeader) == "true"}
+	if v := header(subjects.LogDroppedHeader); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return LogChunk{}, fmt.Errorf("log chunk of %s: bad %s header %q", job, subjects.LogDroppedHeader, v)
+		}
+		c.Dropped = n
+	}
 	if c.Stream != "" && c.Stream != Stdout && c.Stream != Stderr {
 		return LogChunk{}, fmt.Errorf("log chunk of %s: unknown stream %q", job, c.Stream)
 	}

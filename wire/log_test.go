@@ -35,3 +35,31 @@ func TestLogChunkSubject(t *testing.T) {
 		t.Errorf("a chunk on an old-style subject decoded: %v", err)
 	}
 }
+
+// TestLogEndCarriesDroppedBytes: a truncated end marker says how many bytes
+// were dropped in Gpuq-Dropped-Bytes, one from an older worker (no header)
+// decodes with 0, and a header that is not a count is refused.
+func TestLogEndCarriesDroppedBytes(t *testing.T) {
+	t.Parallel()
+	n := subjects.Default
+	end := wire.LogChunk{Account: "a", Job: "j", Host: "h", Attempt: 1, Seq: 9, End: "exit 0 after 1s", Truncated: true, Dropped: 1234, Data: []byte("gpuq: exit 0 after 1s\n")}
+	msg, err := wire.EncodeLogChunk(n, end)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.Header[subjects.LogDroppedHeader] != "1234" || msg.Header[subjects.LogTruncHeader] != "true" {
+		t.Errorf("end marker headers %v", msg.Header)
+	}
+	got, err := wire.DecodeLogChunk(n, msg.Subject, func(k string) string { return msg.Header[k] }, msg.Data)
+	if err != nil || !got.Truncated || got.Dropped != 1234 {
+		t.Errorf("decoded %+v, %v", got, err)
+	}
+	delete(msg.Header, subjects.LogDroppedHeader)
+	if got, err := wire.DecodeLogChunk(n, msg.Subject, func(k string) string { return msg.Header[k] }, msg.Data); err != nil || !got.Truncated || got.Dropped != 0 {
+		t.Errorf("an older worker's end marker decoded as %+v, %v", got, err)
+	}
+	msg.Header[subjects.LogDroppedHeader] = "lots"
+	if _, err := wire.DecodeLogChunk(n, msg.Subject, func(k string) string { return msg.Header[k] }, msg.Data); err == nil {
+		t.Error("a Gpuq-Dropped-Bytes header that is not a number decoded")
+	}
+}

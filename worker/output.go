@@ -29,9 +29,10 @@ type output struct {
 	// each stream's bytes in the order they were written.
 	mu     sync.Mutex
 	seq    int
-	total  int  // bytes kept, across both streams
-	trunc  bool // output past MaxLogBytes was dropped
-	closed bool // the end marker is sent: nothing may follow it
+	total  int   // bytes kept, across both streams
+	trunc  bool  // output past MaxLogBytes was dropped
+	drop   int64 // bytes dropped past MaxLogBytes
+	closed bool  // the end marker is sent: nothing may follow it
 }
 
 // outputWriter is one stream of an attempt's output. It buffers writes and
@@ -104,7 +105,7 @@ func (o *output) close(out Outcome) {
 	o.stdout.flushLocked()
 	o.stderr.flushLocked()
 	o.closed = true
-	o.sendLocked(wire.LogChunk{End: out.describe(), Truncated: o.trunc,
+	o.sendLocked(wire.LogChunk{End: out.describe(), Truncated: o.trunc, Dropped: o.drop,
 		Data: []byte("gpuq: " + out.describe() + "\n")})
 }
 
@@ -120,6 +121,7 @@ func (w *outputWriter) Write(p []byte) (int, error) {
 	if room := o.w.cfg.MaxLogBytes - o.total; room < len(keep) {
 		keep = keep[:max(room, 0)]
 		o.trunc = true
+		o.drop += int64(len(p) - len(keep))
 		o.w.metrics().OutputDropped(DropTruncated, len(p)-len(keep))
 	}
 	o.total += len(keep)

@@ -91,3 +91,35 @@ func TestOutputKeepsOrderAndEndsLast(t *testing.T) {
 		t.Errorf("%d of %d streams out of order or cut short", bad, 2*attempts)
 	}
 }
+
+// TestOutputEndSaysHowMuchWasDropped: the end marker of an attempt that
+// wrote past MaxLogBytes is truncated and counts the bytes dropped; one
+// that kept everything is neither.
+func TestOutputEndSaysHowMuchWasDropped(t *testing.T) {
+	t.Parallel()
+	log := slog.New(slog.NewTextHandler(t.Output(), nil))
+	for _, c := range []struct {
+		writes  []string
+		trunc   bool
+		dropped int64
+	}{
+		{[]string{"0123456", "789abc", "def"}, true, 6},
+		{[]string{"0123456789"}, false, 0},
+	} {
+		bus := newFakeBus()
+		w := &Worker{cfg: Config{Host: "h1", Bus: bus, LogFlush: time.Hour, LogChunkBytes: 4, MaxLogBytes: 10},
+			log: log, output: newOutage(log, "output down", "output up")}
+		o := newOutput(t.Context(), w, Attempt{Job: "j", N: 1}, "acct")
+		for _, s := range c.writes {
+			if _, err := o.stderr.Write([]byte(s)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		o.close(Outcome{})
+		_, chunks := bus.recorded()
+		end := chunks[len(chunks)-1]
+		if end.End == "" || end.Truncated != c.trunc || end.Dropped != c.dropped {
+			t.Errorf("writes %q: end marker %+v, want truncated %v, dropped %d", c.writes, end, c.trunc, c.dropped)
+		}
+	}
+}

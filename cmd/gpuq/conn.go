@@ -28,6 +28,7 @@ type connFlags struct {
 	tlsKey  string
 	prefix  string
 	timeout time.Duration
+	context string // --context: a context of the config file (config.go)
 }
 
 func (f *connFlags) register(fs *flag.FlagSet) {
@@ -41,6 +42,7 @@ func (f *connFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.tlsKey, "tls-key", "", "client key file")
 	fs.StringVar(&f.prefix, "prefix", subjects.DefaultPrefix, "subject prefix of the gpuq installation")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for the scheduler's answer")
+	fs.StringVar(&f.context, "context", "", "the config file's context to connect with (~/.config/gpuq/config), or $GPUQ_CONTEXT")
 }
 
 // defaultInbox is nats.go's own inbox prefix, kept when --inbox-prefix is

@@ -126,8 +126,10 @@ func TestDeployRolesRunCommands(t *testing.T) {
 	// The admin runs every command that reads.
 	for _, args := range [][]string{{"jobs"}, {"job", "cli-1"}, {"why", "cli-1"}, {"hosts"}, {"logs", "cli-1"}, {"audit"}, {"prices", "show"}, {"usage", "--by", "job"}, {"status"}} {
 		out := ok("admin", append(args, "--output", "json")...)
-		if !json.Valid([]byte(strings.TrimSpace(out))) {
-			t.Errorf("gpuq %s as admin printed %q", args[0], out)
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") { // JSON lines
+			if !json.Valid([]byte(line)) {
+				t.Errorf("gpuq %s as admin printed %q", args[0], out)
+			}
 		}
 	}
 	if out := ok("admin", "hosts"); !strings.Contains(out, "gpu-host-1") {

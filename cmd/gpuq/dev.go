@@ -74,6 +74,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	data := fs.String("data", defaultDevData(), "directory for NATS data and worker state")
 	o := workerOpts{host: "sim-1", drain: 10 * time.Second, maxUsed: 1024}
 	fs.IntVar(&o.gpus, "gpus", 8, "number of simulated GPUs")
+	fs.IntVar(&o.maxLog, "max-log-bytes", 16<<20, "output the worker keeps per attempt")
 	fs.StringVar(&o.simulate, "model", "dgxh200", "simulated GPU model: dgxh100 or dgxh200")
 	fs.StringVar(&o.host, "host", "sim-1", "the simulated worker's host name")
 	level := fs.String("log-level", "info", "log level of the embedded parts: debug, info (host loss, leader changes, rejected commands), warn or error")

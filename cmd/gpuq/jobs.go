@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -45,11 +46,13 @@ func init() {
 	register(&command{
 		name:    "jobs",
 		summary: "list jobs, newest first",
-		usage:   "jobs [--account A] [--state S] [--array ID] [--since T] [--until T] [--limit N]",
+		usage:   "jobs [--account A] [--state S] [--array ID] [--since T] [--until T] [--limit N] [--watch [--interval D]]",
 		example: `  gpuq jobs --account vision --state pending
   gpuq jobs --output json --limit 1000
   gpuq jobs --array sweep --limit 0   # the tasks of job array sweep
   gpuq jobs --since 2026-11-01 --until 2026-12-01 --account vision   # archived ones too
+  gpuq jobs --watch --account vision     # print the list again each time it changes; Ctrl-C stops
+  gpuq jobs --watch --output json        # a JSON line (the list) each time it changes
   # --since/--until filter by end time (a date, or RFC 3339) and read the history of
   #   archived jobs as well; jobs still unfinished count as ending after any --since`,
 		run: runJobs,
@@ -121,6 +124,9 @@ func runSubmit(ctx context.Context, e *env, args []string) error {
 	}
 	if s.ID == "" {
 		s.ID = newID("job")
+	}
+	if err := s.Validate(); err != nil {
+		return usagef("%v", err) // an out-of-range value is a usage error, before connecting
 	}
 	if flagSet(fs, "array") {
 		return submitArray(ctx, e, s, *array, *wait)
@@ -242,10 +248,19 @@ func runCancel(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	// A cancel of a job already ending or ended is done; one that named no
+	// such job in the account did nothing, and says so with exitRejected.
+	refused := ev.Type == ledger.EventIgnored && (ev.Reason == ledger.ReasonAccountMismatch || ev.Reason == ledger.ReasonUnknownJob)
 	if e.output == "json" {
-		return printJSON(e.stdout, ev)
+		if err := printJSON(e.stdout, ev); err != nil {
+			return err
+		}
+	} else if !refused {
+		fmt.Fprintf(e.stdout, "%s %s: %s\n", ev.Type, job, ev.Message)
 	}
-	fmt.Fprintf(e.stdout, "%s %s: %s\n", ev.Type, job, ev.Message)
+	if refused {
+		return exitError{exitRejected, fmt.Errorf("cancel %s: %s (%s)", job, ev.Message, ev.Reason)}
+	}
 	return nil
 }
 
@@ -310,8 +325,13 @@ func runJobs(ctx context.Context, e *env, args []string) error {
 	sinceText := fs.String("since", "", "only jobs that ended at or after this time (or are unfinished), archived ones too: 2026-11-01 or RFC 3339")
 	untilText := fs.String("until", "", "only jobs that ended before this time, archived ones too")
 	arrayID := fs.String("array", "", "only the tasks of this job array")
+	watch := fs.Bool("watch", false, "read the jobs again every --interval and print them each time they change, until interrupted")
+	interval := fs.Duration("interval", 2*time.Second, "with --watch: how often to read the jobs")
 	if err := e.parseNoArgs(c, fs, args); err != nil {
 		return err
+	}
+	if *limit < 0 {
+		return usagef("--limit %d: want 0 (all) or more", *limit)
 	}
 	if *state != "" && !slices.Contains(jobStates, ledger.JobState(*state)) {
 		return usagef("--state %q: want one of %s", *state, stateList())
@@ -325,15 +345,61 @@ func runJobs(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	byEnd := *sinceText != "" || *untilText != ""
+	if !*watch && flagSet(fs, "interval") {
+		return usagef("--interval is how often --watch reads the jobs; give --watch too")
+	}
+	if *watch && *interval < 100*time.Millisecond {
+		return usagef("--interval %v: want 100ms or more", *interval)
+	}
 	s, err := e.session()
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	page, err := s.c.Jobs(ctx, client.JobFilter{Account: *account, State: ledger.JobState(*state), Since: since, Until: until, Limit: max(*limit, 0),
-		ArrayID: *arrayID})
+	filter := client.JobFilter{Account: *account, State: ledger.JobState(*state), Since: since, Until: until, Limit: max(*limit, 0),
+		ArrayID: *arrayID}
+	if !*watch {
+		out, err := listJobs(ctx, e, s, filter, byEnd)
+		if err != nil {
+			return err
+		}
+		_, err = io.WriteString(e.stdout, out)
+		return err
+	}
+	// Read again every interval and print the list when it changed, until
+	// interrupted: a table under the time it was read, or a JSON line.
+	last := ""
+	for {
+		out, err := listJobs(ctx, e, s, filter, byEnd)
+		if ctx.Err() != nil {
+			return nil // Ctrl-C ends the watch
+		}
+		if err != nil {
+			return err
+		}
+		if out != last {
+			if e.output != "json" {
+				fmt.Fprintf(e.stdout, "\n%s (every %v; Ctrl-C stops)\n", time.Now().Format("15:04:05"), *interval)
+			}
+			if _, err := io.WriteString(e.stdout, out); err != nil {
+				return err
+			}
+			last = out
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(*interval):
+		}
+	}
+}
+
+// listJobs reads the jobs filter selects and returns them as jobs prints
+// them: a table, or one line of JSON.
+func listJobs(ctx context.Context, e *env, s *session, filter client.JobFilter, byEnd bool) (string, error) {
+	page, err := s.c.Jobs(ctx, filter)
 	if err != nil {
-		return bucketHint(err)
+		return "", bucketHint(err)
 	}
 	warnForeign(e, page.Foreign)
 	rows := make([]jobRow, 0, len(page.Jobs))
@@ -344,21 +410,35 @@ func runJobs(ctx context.Context, e *env, args []string) error {
 		}
 		rows = append(rows, r)
 	}
+	var b strings.Builder
 	if e.output == "json" {
-		return printJSON(e.stdout, rows)
+		err := printJSON(&b, rows)
+		return b.String(), err
 	}
 	if byEnd {
-		t := newTable(e.stdout, "JOB", "NAME", "ACCOUNT", "STATE", "PRI", "GPUS", "COST", "CHARGED", "ATTEMPT", "HOST", "SUBMITTED", "ENDED", "ARCHIVED", "REASON")
+		t := newTable(&b, "JOB", "NAME", "ACCOUNT", "STATE", "PRI", "GPUS", "COST", "CHARGED", "ATTEMPT", "HOST", "SUBMITTED", "ENDED", "ARCHIVED", "REASON")
 		for _, r := range rows {
 			t.row(r.ID, dash(r.Name), r.Account, r.State, r.Priority, r.GPUs, r.Cost, r.Charged, r.Attempt, dash(r.Host), when(r.Submitted), when(r.Ended), when(r.Archived), dash(string(r.Reason)))
 		}
-		return t.flush()
+		err := t.flush()
+		return b.String(), err
 	}
-	t := newTable(e.stdout, "JOB", "NAME", "ACCOUNT", "STATE", "PRI", "GPUS", "COST", "CHARGED", "ATTEMPT", "HOST", "SUBMITTED", "REASON")
+	t := newTable(&b, "JOB", "NAME", "ACCOUNT", "STATE", "PRI", "GPUS", "COST", "CHARGED", "ATTEMPT", "HOST", "SUBMITTED", "REASON")
 	for _, r := range rows {
 		t.row(r.ID, dash(r.Name), r.Account, r.State, r.Priority, r.GPUs, r.Cost, r.Charged, r.Attempt, dash(r.Host), when(r.Submitted), dash(string(r.Reason)))
 	}
-	return t.flush()
+	err = t.flush()
+	return b.String(), err
+}
+
+// jobView is a job as job --output json prints it: the ledger's record
+// with its durations as strings, and when it left the ledger if it did.
+type jobView struct {
+	*ledger.Job
+	Walltime    string    `json:"walltime"`
+	Runtime     string    `json:"runtime,omitempty"` // once it has ended; runtime_ms counts the same in milliseconds
+	ArchivedAt  time.Time `json:"archived_at,omitzero"`
+	ArchivedSeq uint64    `json:"archived_seq,omitempty"`
 }
 
 // parseTime reads a --since or --until value: a date (2026-11-01, local
@@ -393,15 +473,15 @@ func runJob(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if e.output == "json" {
+		v := jobView{Job: j, Walltime: j.Walltime.String()}
+		if j.ExitCode != nil {
+			v.Runtime = (time.Duration(j.RuntimeMS) * time.Millisecond).String()
+		}
 		if archived != nil {
 			// The record as the ledger held it, with when it left.
-			return printJSON(e.stdout, struct {
-				*ledger.Job
-				ArchivedAt  time.Time `json:"archived_at"`
-				ArchivedSeq uint64    `json:"archived_seq"`
-			}{j, archived.ArchivedAt, archived.Seq})
+			v.ArchivedAt, v.ArchivedSeq = archived.ArchivedAt, archived.Seq
 		}
-		return printJSON(e.stdout, j)
+		return printJSON(e.stdout, v)
 	}
 	w := e.stdout
 	fmt.Fprintf(w, "job       %s\n", j.ID)

@@ -12,9 +12,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -82,6 +85,10 @@ type env struct {
 // they take --log-format (and each its own --log-level).
 var daemons = map[string]bool{"dev": true, "scheduler": true, "worker": true}
 
+// offline are the commands that connect to nothing: they refuse the
+// connection flags rather than ignore them.
+var offline = map[string]bool{"version": true, "completion": true}
+
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -100,9 +107,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return exitOK
 	}
+	if args[0] == "--version" {
+		args = append([]string{"version"}, args[1:]...)
+	}
 	c := find(args[0])
 	if c == nil {
-		fmt.Fprintf(stderr, "gpuq: unknown command %q; run gpuq help for the list\n", args[0])
+		names := make([]string, len(commands))
+		for i, c := range commands {
+			names[i] = c.name
+		}
+		fmt.Fprintf(stderr, "gpuq: unknown command %q%s; run gpuq help for the list\n", args[0], didYouMean(args[0], names))
 		return exitUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -160,7 +174,9 @@ Every command takes --prefix, the installation's subject prefix. All but dev
 (which runs its own server) connect with --nats URL (or $NATS_URL, default
 nats://127.0.0.1:4222), --creds FILE (or $NATS_CREDS) or --nkey SEEDFILE (or
 $NATS_NKEY), --inbox-prefix (or $NATS_INBOX_PREFIX; deploy/ gives each user
-its own), --tls-ca, --tls-cert and --tls-key. --output table|json and --timeout (how long to wait for the
+its own), --tls-ca, --tls-cert and --tls-key, or take them from a context
+of the config file ($GPUQ_CONFIG, or ~/.config/gpuq/config) named with
+--context NAME or $GPUQ_CONTEXT (see docs/cli.md). --output table|json and --timeout (how long to wait for the
 scheduler's answer) are for the commands that ask gpuq something: the daemons
 (dev, scheduler, worker) print no table or JSON, and of them only dev uses
 --timeout; they log to stderr at --log-level (default info) in --log-format
@@ -222,7 +238,11 @@ func (e *env) logger(level string) (*slog.Logger, error) {
 func (e *env) parse(c *command, fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		// A negative number where a flag would be is an argument (account
+		// grant NAME -500), which the flag package would take for a flag.
+		n := negativeAt(fs, args)
+		head, tail := args[:n], args[n:]
+		if err := fs.Parse(head); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				printCommandHelp(e.stdout, c, fs)
 				return nil, flag.ErrHelp
@@ -230,15 +250,35 @@ func (e *env) parse(c *command, fs *flag.FlagSet, args []string) ([]string, erro
 			return nil, usageError{err.Error()}
 		}
 		rest := fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+		if consumed := len(head) - len(rest); len(rest) > 0 && consumed > 0 && head[consumed-1] == "--" {
 			pos = append(pos, rest...)
 			break
 		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
+		if len(rest) > 0 {
+			pos = append(pos, rest[0])
+			args = append(slices.Clip(rest[1:]), tail...)
+			continue
+		}
+		if len(tail) == 0 {
+			break
+		}
+		pos = append(pos, tail[0])
+		args = tail[1:]
+	}
+	if offline[c.name] {
+		conn := append(slices.Sorted(maps.Keys(contextKeys)), "context")
+		if err := onlyFlags(fs, "gpuq "+c.name+" connects to nothing and", conn, nil); err != nil {
+			return nil, err
+		}
+	} else if err := e.conn.applyContext(fs); err != nil {
+		return nil, err
+	}
+	// The daemons print no table or JSON, and only dev waits for an answer.
+	if daemons[c.name] && flagSet(fs, "output") {
+		return nil, usagef("gpuq %s prints no table or JSON and takes no --output; it logs to stderr in --log-format text or json", c.name)
+	}
+	if daemons[c.name] && c.name != "dev" && flagSet(fs, "timeout") {
+		return nil, usagef("gpuq %s waits for no answer and takes no --timeout", c.name)
 	}
 	if e.csv && e.output == "csv" {
 		return pos, nil
@@ -250,6 +290,41 @@ func (e *env) parse(c *command, fs *flag.FlagSet, args []string) ([]string, erro
 		return nil, usagef("--output %q: want table or json", e.output)
 	}
 	return pos, nil
+}
+
+// negativeAt returns the index of the first of args that is a negative
+// integer standing where a flag would (not the value of the flag before
+// it), or len(args) if there is none before the end or a "--".
+func negativeAt(fs *flag.FlagSet, args []string) int {
+	for i, a := range args {
+		if a == "--" {
+			return len(args)
+		}
+		if _, err := strconv.ParseInt(a, 10, 64); err == nil && strings.HasPrefix(a, "-") && !wantsValue(fs, args[:i]) {
+			return i
+		}
+	}
+	return len(args)
+}
+
+// wantsValue reports whether the last of before is a flag that takes the
+// next argument as its value: a flag of fs that is not boolean, given
+// without "=".
+func wantsValue(fs *flag.FlagSet, before []string) bool {
+	if len(before) == 0 {
+		return false
+	}
+	last := before[len(before)-1]
+	name := strings.TrimLeft(last, "-")
+	if !strings.HasPrefix(last, "-") || name == "" || strings.Contains(name, "=") || len(last)-len(name) > 2 {
+		return false
+	}
+	f := fs.Lookup(name)
+	if f == nil {
+		return false
+	}
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return !ok || !b.IsBoolFlag()
 }
 
 // jobArg parses the flags of a command that takes one job id, and opens a
@@ -304,4 +379,71 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 		}
 	})
 	return given
+}
+
+// onlyFlags returns a usage error naming each flag of own (a command's own
+// flags) that the user gave although what they asked for, named by what,
+// takes only those in takes: a flag that does not apply is refused, never
+// silently ignored.
+func onlyFlags(fs *flag.FlagSet, what string, own, takes []string) error {
+	var bad []string
+	for _, f := range own {
+		if flagSet(fs, f) && !slices.Contains(takes, f) {
+			bad = append(bad, "--"+f)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	if len(takes) == 0 {
+		return usagef("%s takes none of %s", what, strings.Join(bad, ", "))
+	}
+	return usagef("%s does not take %s (it takes --%s)", what, strings.Join(bad, ", "), strings.Join(takes, ", --"))
+}
+
+// didYouMean returns ", did you mean X?" naming the closest of names to
+// typed (by edit distance, at most a third of its length and never more
+// than 2 edits, or a name typed starts), or "" if none is close.
+func didYouMean(typed string, names []string) string {
+	best, bestD := "", 0
+	for _, n := range names {
+		d := editDistance(typed, n)
+		if len(typed) >= 3 && strings.HasPrefix(n, typed) {
+			d = 1
+		}
+		if d <= min(2, max(1, len(typed)/3)) && (best == "" || d < bestD || d == bestD && n < best) {
+			best, bestD = n, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(", did you mean %s?", best)
+}
+
+// editDistance is the edit distance between a and b, in bytes: insertions,
+// deletions, substitutions and swaps of two neighbours (optimal string
+// alignment), so "lsit" is one edit from "list".
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
 }

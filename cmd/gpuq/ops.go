@@ -3,11 +3,13 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gpuq/gpuq/client"
 	"github.com/gpuq/gpuq/ledger"
@@ -59,6 +61,9 @@ func runLogs(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer s.close()
+	if *attempt < 0 {
+		return usagef("--attempt %d: want 1 or more (default: the latest)", *attempt)
+	}
 	j, err := s.job(ctx, job)
 	if err != nil {
 		return err
@@ -67,7 +72,7 @@ func runLogs(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "job %s has not run yet (%s)\n", job, j.State)
 		return nil
 	}
-	chunks := []wire.LogChunk{} // JSON [] when there are none
+	var kept int64 // bytes of output printed so far
 	for ch, err := range s.c.Logs(ctx, j, client.LogOptions{Attempt: *attempt, Follow: *followFlag}) {
 		switch {
 		case errors.Is(err, client.ErrBadChunk):
@@ -79,8 +84,11 @@ func runLogs(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		if e.output == "json" {
-			chunks = append(chunks, ch)
+			if err := printJSON(e.stdout, viewChunk(ch)); err != nil {
+				return err
+			}
 		} else if ch.End == "" {
+			kept += int64(len(ch.Data))
 			if ch.Stream == wire.Stderr {
 				_, _ = e.stderr.Write(ch.Data) // the terminal went away; nothing to do
 			} else {
@@ -88,13 +96,48 @@ func runLogs(ctx context.Context, e *env, args []string) error {
 			}
 		}
 		if ch.End != "" && e.output != "json" {
+			if ch.Truncated {
+				fmt.Fprintf(e.stderr, "gpuq: output cut here, after %d bytes: %s\n", kept, droppedText(ch.Dropped))
+			}
 			fmt.Fprintf(e.stderr, "gpuq: attempt %d ended: %s\n", ch.Attempt, ch.End)
 		}
 	}
-	if e.output == "json" {
-		return printJSON(e.stdout, chunks)
-	}
 	return nil // everything stored so far is printed, or the attempt ended
+}
+
+// chunkView is a chunk of output as logs --output json prints it, a line
+// each. Data is the bytes as text when they are UTF-8; otherwise Encoding
+// is "base64" and Data is their standard base64.
+type chunkView struct {
+	Account   string `json:"account"`
+	Job       string `json:"job"`
+	Host      string `json:"host"`
+	Attempt   int    `json:"attempt"`
+	Seq       int    `json:"seq"`
+	Stream    string `json:"stream,omitempty"`
+	Data      string `json:"data"`
+	Encoding  string `json:"encoding,omitempty"`
+	End       string `json:"end,omitempty"`
+	Truncated bool   `json:"truncated,omitempty"`
+	Dropped   int64  `json:"dropped_bytes,omitempty"`
+}
+
+func viewChunk(c wire.LogChunk) chunkView {
+	v := chunkView{Account: c.Account, Job: c.Job, Host: c.Host, Attempt: c.Attempt, Seq: c.Seq, Stream: c.Stream,
+		Data: string(c.Data), End: c.End, Truncated: c.Truncated, Dropped: c.Dropped}
+	if !utf8.Valid(c.Data) {
+		v.Data, v.Encoding = base64.StdEncoding.EncodeToString(c.Data), "base64"
+	}
+	return v
+}
+
+// droppedText says how much output past the worker's cap was dropped;
+// dropped is 0 from a worker that does not count it.
+func droppedText(dropped int64) string {
+	if dropped == 0 {
+		return "the worker dropped what the attempt wrote past its cap (gpuq worker --max-log-bytes); this worker does not say how much"
+	}
+	return fmt.Sprintf("the worker dropped the %d bytes the attempt wrote past its cap (gpuq worker --max-log-bytes)", dropped)
 }
 
 // readHosts reads every live heartbeat (client.Heartbeats), warning on warn
@@ -224,6 +267,19 @@ func runWhy(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
+// auditView is an audit report as audit --output json prints it: the
+// stuck command's wait as a duration string.
+type auditView struct {
+	*client.AuditReport
+	Stuck *stuckView `json:"stuck,omitempty"`
+}
+
+type stuckView struct {
+	*client.StuckFold
+	Waited   string `json:"waited"`
+	WaitedNS any    `json:"waited_ns,omitempty"` // always nil: hides StuckFold's count of nanoseconds
+}
+
 // auditReport is what audit found (client.Audit).
 type auditReport = client.AuditReport
 
@@ -238,6 +294,9 @@ func runAudit(ctx context.Context, e *env, args []string) error {
 	}
 	if *margin < 0 {
 		return usagef("--seal-margin %v: want 0 or more", *margin)
+	}
+	if *full && flagSet(fs, "seal-margin") {
+		return usagef("--full reads every journal from its start and takes no --seal-margin")
 	}
 	s, err := e.session()
 	if err != nil {
@@ -256,7 +315,11 @@ func runAudit(ctx context.Context, e *env, args []string) error {
 		return bucketHint(err)
 	}
 	if e.output == "json" {
-		if err := printJSON(e.stdout, rep); err != nil {
+		v := auditView{AuditReport: &rep}
+		if rep.Stuck != nil {
+			v.Stuck = &stuckView{StuckFold: rep.Stuck, Waited: rep.Stuck.Waited.String()}
+		}
+		if err := printJSON(e.stdout, v); err != nil {
 			return err
 		}
 	} else if rep.OK {

@@ -11,11 +11,13 @@ import (
 	"time"
 )
 
-// printJSON writes v as indented JSON: the stable output for scripts.
+// printJSON writes v as one line of JSON: the stable output for scripts.
+// Every command's --output json is JSON lines, one complete document a
+// line, with snake_case keys and durations as strings ("1h30m0s"); a
+// command that follows something prints a line for each thing it sees.
+// docs/cli.md describes the style.
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	return json.NewEncoder(w).Encode(v)
 }
 
 // table writes aligned columns.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,12 +17,18 @@ func init() {
 	register(&command{
 		name:    "prices",
 		summary: "set or show the price table of metered jobs (credits per GPU-hour, by GPU model)",
-		usage: `prices set [--model NAME=PRICE]... [--default PRICE] [--failure-percent P] [--fixed-cost any|floor|metered_only] [--id OP]
+		usage: `prices set [--model NAME=PRICE]... [--default PRICE] [--failure-percent P] [--fixed-cost any|floor|metered_only] [--replace] [--id OP]
 prices show`,
 		example: `  gpuq prices set --model "NVIDIA H100 80GB HBM3=360" --model "NVIDIA H200 141GB HBM3e=720" --default 300 --failure-percent 50
   gpuq prices set --default 300 --fixed-cost floor     # a job naming its cost pays at least gpus × walltime × the highest price
   gpuq prices set --default 300 --fixed-cost metered_only
+  gpuq prices set --failure-percent 40                 # changes only the failure percent
+  gpuq prices set --replace --default 300             # a new table: every model named before is dropped
   gpuq prices show
+  # prices set changes only what it is given: gpuq reads the table and sends it
+  #   whole with those values changed (--replace starts from an empty table,
+  #   failure percent 100), so two admins setting prices at the same moment
+  #   can undo each other's change (the later one wins)
   # a metered job (submitted without --cost) reserves gpus × walltime × the highest price, and is
   # charged ⌈gpus × ⌈runtime⌉s × its model's price / 3600⌉; a failed or cancelled one pays
   # --failure-percent of that; one ended by the infrastructure pays nothing`,
@@ -59,9 +66,10 @@ func runPrices(ctx context.Context, e *env, args []string) error {
 	fs := e.flags(c)
 	models := modelPrices{}
 	fs.Var(models, "model", "a model's price per GPU-hour, NAME=PRICE (repeatable); NAME as gpuq hosts shows it")
-	def := fs.Int64("default", 0, "price per GPU-hour of models not named")
-	fail := fs.Int("failure-percent", 100, "share of its runtime charge a failed or cancelled metered job pays")
-	fixed := fs.String("fixed-cost", "any", "what a job naming its own cost may ask: any, floor (at least gpus × walltime × the highest price), or metered_only")
+	def := fs.Int64("default", 0, "price per GPU-hour of models not named (default: the table's, 0 for a new one)")
+	fail := fs.Int("failure-percent", 100, "share of its runtime charge a failed or cancelled metered job pays (default: the table's, 100 for a new one)")
+	fixed := fs.String("fixed-cost", "any", "what a job naming its own cost may ask: any, floor (at least gpus × walltime × the highest price), or metered_only (default: the table's)")
+	replace := fs.Bool("replace", false, "start from an empty table rather than the current one")
 	id := fs.String("id", "", "op id, to make a retried command safe (default: a fresh one)")
 	pos, err := e.parse(c, fs, args)
 	if err != nil {
@@ -69,6 +77,21 @@ func runPrices(ctx context.Context, e *env, args []string) error {
 	}
 	if len(pos) != 1 || pos[0] != "set" && pos[0] != "show" {
 		return usagef("want set or show")
+	}
+	if pos[0] == "show" {
+		if err := onlyFlags(fs, "prices show", []string{"model", "default", "failure-percent", "fixed-cost", "replace", "id"}, nil); err != nil {
+			return err
+		}
+	}
+	policy := ledger.FixedCostPolicy(*fixed)
+	if policy == "any" {
+		policy = ledger.FixedCostAny
+	}
+	if !policy.Valid() {
+		return usagef("--fixed-cost %q: want any, floor or metered_only", *fixed)
+	}
+	if pos[0] == "set" && !*replace && len(models) == 0 && !flagSet(fs, "default") && !flagSet(fs, "failure-percent") && !flagSet(fs, "fixed-cost") {
+		return usagef("prices set: give what to change (--model, --default, --failure-percent, --fixed-cost), or --replace")
 	}
 	s, err := e.session()
 	if err != nil {
@@ -111,16 +134,36 @@ func runPrices(ctx context.Context, e *env, args []string) error {
 		}
 		return nil
 	}
-	policy := ledger.FixedCostPolicy(*fixed)
-	if policy == "any" {
-		policy = ledger.FixedCostAny
+	// The command sets the whole table: start from the current one and
+	// change what the user named.
+	op := ledger.SetPricing{ID: *id, PerGPUHour: map[string]ledger.Credits{}, FailurePercent: 100}
+	if !*replace {
+		cur, err := s.c.Pricing(ctx)
+		if err != nil {
+			return err
+		}
+		if cur != nil {
+			op.PerGPUHour, op.Default, op.FailurePercent, op.FixedCost = maps.Clone(cur.PerGPUHour), cur.Default, cur.FailurePercent, cur.FixedCost
+			if op.PerGPUHour == nil {
+				op.PerGPUHour = map[string]ledger.Credits{}
+			}
+		}
 	}
-	if !policy.Valid() {
-		return usagef("--fixed-cost %q: want any, floor or metered_only", *fixed)
+	maps.Copy(op.PerGPUHour, models)
+	if flagSet(fs, "default") {
+		op.Default = ledger.Credits(*def)
 	}
-	op := ledger.SetPricing{ID: *id, PerGPUHour: models, Default: ledger.Credits(*def), FailurePercent: *fail, FixedCost: policy}
+	if flagSet(fs, "failure-percent") {
+		op.FailurePercent = *fail
+	}
+	if flagSet(fs, "fixed-cost") {
+		op.FixedCost = policy
+	}
 	if op.ID == "" {
 		op.ID = newID("prices")
+	}
+	if err := op.Validate(); err != nil {
+		return usagef("prices set: %v", err)
 	}
 	ev, err := s.c.SetPricing(ctx, op)
 	var rej *client.RejectedError

@@ -19,7 +19,7 @@ var policyTour = []string{
 	"gpuq why eval-1",
 	"gpuq prices set --model 'NVIDIA H200 141GB HBM3e=720' --default 900 --failure-percent 50",
 	"gpuq prices show",
-	"gpuq submit --id tune-1 --account nlp --gpus 2 --walltime 10m --wait -- sleep 2",
+	"gpuq submit --id tune-1 --account nlp --gpus 2 --walltime 10m --wait -- sleep 2.5",
 	"gpuq job tune-1",
 	"gpuq submit --id hog --account nlp --gpus 6 --cost 10 --walltime 10m -- sleep 600",
 	"gpuq submit --id wide --account nlp --gpus 8 --cost 10 --walltime 10m -- true",
@@ -100,7 +100,11 @@ func TestReadmePolicy(t *testing.T) {
 	if want := (2*secs*720 + 3599) / 3600; tune.Cost != 300 || tune.Charged != want || tune.Reserved != 0 || m[2] != strconv.FormatInt(want, 10) {
 		t.Errorf("tune-1 = %+v, want cost 300 and charged ⌈2 × %ds × 720 / 3600⌉ = %d", tune, secs, want)
 	}
-	if out := outs["gpuq job tune-1"]; !strings.Contains(out, "metered: 2 GPUs × ") || !strings.Contains(out, "at 720 per GPU-hour") {
+	// The README prints the charge: sleep 2.5 rounds up to 3s whatever
+	// the machine's speed, never to 2s or (unless it runs half a second
+	// late) 4s.
+	readmeShows(t, "metered: 2 GPUs × 3s at 720 per GPU-hour = 2")
+	if out := outs["gpuq job tune-1"]; !strings.Contains(out, "metered: 2 GPUs × 3s at 720 per GPU-hour = 2") {
 		t.Errorf("job tune-1 printed:\n%s", out)
 	}
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,7 +41,11 @@ func TestAuditReadsFromSeals(t *testing.T) {
 	}
 	audit := func(args ...string) (auditReport, result) {
 		t.Helper()
-		r := d.gpuq(append([]string{"audit", "--seal-margin", "0", "--output", "json"}, args...)...)
+		base := []string{"audit", "--seal-margin", "0", "--output", "json"}
+		if slices.Contains(args, "--full") {
+			base = []string{"audit", "--output", "json"} // --full reads from the start: no margin
+		}
+		r := d.gpuq(append(base, args...)...)
 		var rep auditReport
 		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 			t.Fatalf("gpuq audit %v: exit %d: %q %s: %v", args, r.code, r.stdout, r.stderr, err)

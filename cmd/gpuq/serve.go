@@ -226,6 +226,7 @@ type workerOpts struct {
 	keepDirs bool
 	drain    time.Duration
 	maxUsed  int64
+	maxLog   int // output kept per attempt, bytes; 0: the worker's default
 	// metrics, if set, receives what the worker measures.
 	metrics *metrics.Worker
 }
@@ -273,7 +274,7 @@ func newWorker(ctx context.Context, nc *nats.Conn, n subjects.Names, o workerOpt
 		return nil, err
 	}
 	cfg := worker.Config{Host: o.host, GPU: gpu, Bus: bus, Logger: log, StateDir: o.stateDir,
-		JobRoot: o.jobRoot, JobUIDs: o.jobUIDs, KeepAttemptDirs: o.keepDirs, DrainTimeout: o.drain, MaxUsedMiB: o.maxUsed}
+		JobRoot: o.jobRoot, JobUIDs: o.jobUIDs, KeepAttemptDirs: o.keepDirs, DrainTimeout: o.drain, MaxUsedMiB: o.maxUsed, MaxLogBytes: o.maxLog}
 	if o.metrics != nil {
 		cfg.Metrics = o.metrics
 		bus.ReportRetried = o.metrics.ReportRetried
@@ -300,6 +301,7 @@ func runWorkerCmd(ctx context.Context, e *env, args []string) error {
 		"and no other worker's; none runs jobs as the worker's user (default "+defaultJobUIDs+" as root, none otherwise)")
 	fs.DurationVar(&o.drain, "drain", 5*time.Minute, "on SIGTERM, how long running jobs may finish before they are stopped")
 	fs.Int64Var(&o.maxUsed, "max-used-mib", 1024, "memory a GPU may have in use and still count as free")
+	fs.IntVar(&o.maxLog, "max-log-bytes", 16<<20, "output kept per attempt; gpuq logs says where the rest was cut and how much was dropped")
 	metricsAddr := fs.String("metrics-listen", "", "serve Prometheus /metrics, /healthz and /readyz on this HOST:PORT (default off)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if err := e.parseNoArgs(c, fs, args); err != nil {

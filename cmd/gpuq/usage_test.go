@@ -123,8 +123,12 @@ func TestUsageReconciles(t *testing.T) {
 	var cost, jobCharged int64
 	var gpu time.Duration
 	for _, id := range []string{"u-ok", "u-fail", "u-meter", "u-run"} {
-		var j ledger.Job
-		d.json(&j, "job", id, "--account", "team")
+		var v struct {
+			ledger.Job
+			Walltime string `json:"walltime"` // job --output json prints durations as strings
+		}
+		d.json(&v, "job", id, "--account", "team")
+		j := v.Job
 		cost += int64(j.Cost)
 		jobCharged += int64(j.Charged)
 		if j.State.Terminal() {
