@@ -39,6 +39,11 @@ type Submit struct {
 	// Hold makes a submission the account cannot pay for wait, unreserved,
 	// instead of being rejected.
 	Hold bool
+	// After names jobs of the account that must all succeed before this
+	// one may run (afterok); AfterAny names jobs that must only have ended,
+	// however (afterany). See [MaxDependencies] and the package doc.
+	After    []string
+	AfterAny []string
 }
 
 // Cancel asks for a job of Account to be stopped. A pending job is cancelled
@@ -177,6 +182,7 @@ func (s Submit) WithDefaults() Submit {
 	if len(s.Env) == 0 {
 		s.Env = nil
 	}
+	s.After, s.AfterAny = noneIfEmpty(s.After), noneIfEmpty(s.AfterAny)
 	return s
 }
 
@@ -218,6 +224,7 @@ func (s Submit) Validate() error {
 	if s.MaxAttempts < 0 || s.MaxAttempts > MaxMaxAttempts {
 		bad("max_attempts %d is out of range [1, %d]", s.MaxAttempts, MaxMaxAttempts)
 	}
+	errs = append(errs, checkDependencies(s)...)
 	return joinProblems(errs)
 }
 

@@ -56,4 +56,7 @@ const (
 	// ordinary worker rejection, so no job is retried forever and its
 	// record of attempts stays bounded.
 	MaxBusyRefusals = 20
+	// MaxDependencies bounds the jobs one submission may wait for, after
+	// and after_any together.
+	MaxDependencies = 32
 )

@@ -44,6 +44,11 @@ func (t *tx) submit(c Submit) {
 			fmt.Sprintf("account %s does not exist; an admin must create it first", c.Account))
 		return
 	}
+	waiting, reason, msg := t.dependencies(c)
+	if reason != "" {
+		t.rejectSubmission(c, reason, msg)
+		return
+	}
 	if reason, msg := t.s.Pricing.fixedCostProblem(c); reason != "" {
 		t.rejectSubmission(c, reason, msg)
 		return
@@ -76,6 +81,7 @@ func (t *tx) submit(c Submit) {
 		// Held jobs are admitted in submit order, so a new one waits behind
 		// any already held even if it is cheap enough now.
 		j := newJob(c, t.seq, t)
+		t.await(a, j, waiting)
 		j.State = StateHeld
 		t.s.Jobs[j.ID] = j
 		t.changedJob(j)
@@ -89,7 +95,8 @@ func (t *tx) submit(c Submit) {
 		return
 	}
 	j := newJob(c, t.seq, t)
-	t.reserve(a, j, fmt.Sprintf("reserved %d of %d available", c.Cost, a.Available()))
+	t.await(a, j, waiting)
+	t.reserve(a, j, fmt.Sprintf("reserved %d of %d available%s", c.Cost, a.Available(), waitNote(j)))
 }
 
 // reserve holds j's cost on a and queues j.
@@ -178,6 +185,8 @@ func newJob(c Submit, submitSeq uint64, t *tx) *Job {
 		MaxAttempts: c.MaxAttempts,
 		Metered:     c.Metered,
 		Hold:        c.Hold,
+		After:       slices.Clone(c.After),
+		AfterAny:    slices.Clone(c.AfterAny),
 		SubmitSeq:   submitSeq,
 		SubmittedAt: t.at,
 	}
@@ -189,8 +198,11 @@ func termDiff(j *Job, c Submit) string {
 	if j.Account != c.Account {
 		return "it belongs to another account"
 	}
-	if j.Priority != c.Priority {
-		d = append(d, fmt.Sprintf("priority %d, not %d", j.Priority, c.Priority))
+	if p := j.submittedPriority(); p != c.Priority {
+		d = append(d, fmt.Sprintf("priority %d, not %d", p, c.Priority))
+	}
+	if !slices.Equal(j.After, c.After) || !slices.Equal(j.AfterAny, c.AfterAny) {
+		d = append(d, "other dependencies")
 	}
 	if j.GPUs != c.GPUs {
 		d = append(d, fmt.Sprintf("gpus %d, not %d", j.GPUs, c.GPUs))
