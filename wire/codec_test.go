@@ -46,6 +46,19 @@ var genCommands = map[string]*rapid.Generator[ledger.Command]{
 			MaxAttempts: rapid.IntRange(0, ledger.MaxMaxAttempts).Draw(t, "max_attempts"),
 			Hold:        rapid.Bool().Draw(t, "hold"),
 		}
+		if deps := rapid.SliceOfNDistinct(genToken, 0, 4, rapid.ID[string]).Draw(t, "deps"); len(deps) > 0 {
+			k := rapid.IntRange(0, len(deps)).Draw(t, "afterok")
+			s.After, s.AfterAny = deps[:k:k], deps[k:] // no list is empty: an empty one is none
+			if len(s.After) == 0 {
+				s.After = nil
+			}
+			if len(s.AfterAny) == 0 {
+				s.AfterAny = nil
+			}
+			if slices.Contains(deps, s.ID) {
+				s.After, s.AfterAny = nil, nil // a job cannot depend on itself
+			}
+		}
 		if s.Metered = rapid.Bool().Draw(t, "metered"); !s.Metered {
 			s.Cost = genCredits.Draw(t, "cost")
 		}
@@ -56,6 +69,14 @@ var genCommands = map[string]*rapid.Generator[ledger.Command]{
 	}),
 	"Cancel": rapid.Custom(func(t *rapid.T) ledger.Command {
 		return ledger.Cancel{Account: genToken.Draw(t, "account"), Job: genToken.Draw(t, "job")}
+	}),
+	"Modify": rapid.Custom(func(t *rapid.T) ledger.Command {
+		m := ledger.Modify{Account: genToken.Draw(t, "account"), Job: genToken.Draw(t, "job"),
+			Op: rapid.SampledFrom([]ledger.ModifyOp{ledger.OpHold, ledger.OpRelease, ledger.OpPriority}).Draw(t, "op")}
+		if m.Op == ledger.OpPriority {
+			m.Priority = rapid.IntRange(ledger.MinPriority, ledger.MaxPriority).Draw(t, "priority")
+		}
+		return m
 	}),
 	"Admin": rapid.Custom(func(t *rapid.T) ledger.Command {
 		a := ledger.Admin{Account: genToken.Draw(t, "account"), ID: genToken.Draw(t, "id"),
