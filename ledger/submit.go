@@ -49,23 +49,12 @@ func (t *tx) submit(c Submit) {
 		t.rejectSubmission(c, reason, msg)
 		return
 	}
-	if reason, msg := t.s.Pricing.fixedCostProblem(c); reason != "" {
+	cost, reason, msg := t.s.Pricing.Quote(c)
+	if reason != "" {
 		t.rejectSubmission(c, reason, msg)
 		return
 	}
-	if c.Metered {
-		price := t.s.Pricing.MaxPrice()
-		if price == 0 {
-			t.rejectSubmission(c, ReasonNoPrice, "a metered job needs a price table with a price above 0, and there is none; give a cost, or ask an admin to set prices")
-			return
-		}
-		cost, ok := gpuSecondsCost(c.GPUs, ceilSeconds(c.Walltime), price)
-		if !ok {
-			t.rejectSubmission(c, ReasonOverflow, fmt.Sprintf("%d GPUs for %v at %d credits per GPU-hour pass the limit of %d credits", c.GPUs, c.Walltime, price, MaxCredits))
-			return
-		}
-		c.Cost = cost
-	}
+	c.Cost = cost
 	t.touch(a)
 	if c.Cost > a.Available() || c.Hold && len(a.HeldJobs) > 0 {
 		if !c.Hold {
