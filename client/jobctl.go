@@ -52,3 +52,12 @@ func (c *Client) Modify(ctx context.Context, m ledger.Modify) (wire.JobEvent, er
 	}
 	return ev, rejection(seq, ev.Type, ev.Reason, ev.Message)
 }
+
+// PassFact returns the leading scheduler's latest published pass (when it
+// ran, the log sequence it had folded, how many jobs were queued), or nil
+// when none is published. gpuq submit --dry-run reads the queue from it.
+func (c *Client) PassFact(ctx context.Context) (*wire.PassFact, error) {
+	ctx, cancel := c.ctx(ctx)
+	defer cancel()
+	return c.pass(ctx)
+}
