@@ -105,3 +105,44 @@ func TestDryRunQuotesWhatSubmitReserves(t *testing.T) {
 		t.Errorf("dry run of an unaffordable job: exit %d\n%s", r.code, r.stdout)
 	}
 }
+
+// dependencyTour is the README's tour of dependencies, hold and dry runs,
+// command for command, after "gpuq account create vision --balance 1000".
+var dependencyTour = []string{
+	"gpuq submit --id prep --account vision --cost 10 -- sleep 20",
+	"gpuq submit --id eval --account vision --cost 20 --after prep -- sh -c 'echo eval'",
+	"gpuq why eval",
+	"gpuq hold eval",
+	"gpuq release eval",
+	"gpuq prices set --default 100 --model 'NVIDIA H200 141GB HBM3e=360' --id tour-prices",
+	"gpuq submit --account vision --gpus 2 --walltime 30m --dry-run -- python train.py",
+}
+
+func TestReadmeDependencyTour(t *testing.T) {
+	t.Parallel()
+	readmeShows(t, dependencyTour...)
+	d := startDev(t, "")
+	d.ok("account", "create", "vision", "--balance", "1000")
+	outs := map[string]string{}
+	for _, line := range dependencyTour {
+		args := splitShell(line)[1:]
+		if args[0] == "why" {
+			outs[line] = waitWhy(t, d, "eval", "waiting_on_dependency")
+			continue
+		}
+		outs[line] = d.ok(args...)
+	}
+	for line, want := range map[string]string{
+		dependencyTour[1]: "waits for prep",
+		dependencyTour[2]: "job prep (running) to succeed (afterok)",
+		dependencyTour[3]: "paused eval",
+		dependencyTour[4]: "resumed eval",
+		dependencyTour[6]: "would reserve  360 (metered",
+	} {
+		if !strings.Contains(outs[line], want) {
+			t.Errorf("%s printed:\n%s\nwant %q", line, outs[line], want)
+		}
+	}
+	t.Logf("dry run:\n%s\nwhy:\n%s", outs[dependencyTour[6]], outs[dependencyTour[2]])
+	waitState(t, d, "eval", "succeeded")
+}
