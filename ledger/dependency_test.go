@@ -7,8 +7,11 @@
 package ledger_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+
+	"pgregory.net/rapid"
 
 	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/ledger/ledgertest"
@@ -164,4 +167,93 @@ func TestCancelWaitingDependant(t *testing.T) {
 		t.Errorf("account waiting = %d after the waiting job was cancelled, want 0", a.Waiting)
 	}
 	wantMoney(t, l, "a", 100, 90)
+}
+
+// TestDependencyProperties drives random submissions with dependencies,
+// pauses, priority changes, dispatches, ends and cancels through the fold.
+// ledgertest.Log checks every invariant (Waiting counts, what a gated job
+// may be, balances recomputed from the journal) after each command; here,
+// after each step: no gated job is on a host, no job waits on one that has
+// ended, and a job whose afterok dependency ended without success has
+// failed with dependency_failed or never ran.
+func TestDependencyProperties(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(rt *rapid.T) {
+		l := ledgertest.NewLog(rt)
+		l.Create("a", 10_000)
+		var ids []string
+		pick := func(label string) string { return rapid.SampledFrom(ids).Draw(rt, label) }
+		rt.Repeat(map[string]func(*rapid.T){
+			"submit": func(rt *rapid.T) {
+				id := fmt.Sprintf("j%d", len(ids))
+				var after, afterAny []string
+				if len(ids) > 0 {
+					for _, d := range rapid.SliceOfNDistinct(rapid.SampledFrom(ids), 0, 3, rapid.ID[string]).Draw(rt, "deps") {
+						if rapid.Bool().Draw(rt, "afterok") {
+							after = append(after, d)
+						} else {
+							afterAny = append(afterAny, d)
+						}
+					}
+				}
+				submitAfter(l, "a", id, 10, after, afterAny)
+				ids = append(ids, id)
+			},
+			"modify": func(rt *rapid.T) {
+				if len(ids) == 0 {
+					rt.Skip("no jobs")
+				}
+				op := rapid.SampledFrom([]ledger.ModifyOp{ledger.OpHold, ledger.OpRelease, ledger.OpPriority}).Draw(rt, "op")
+				m := ledger.Modify{Account: "a", Job: pick("job"), Op: op}
+				if op == ledger.OpPriority {
+					m.Priority = rapid.IntRange(-5, 5).Draw(rt, "priority")
+				}
+				l.Apply(m)
+			},
+			"run": func(rt *rapid.T) {
+				j := ledgertest.Next(l.State)
+				if j == nil {
+					rt.Skip("nothing dispatchable")
+				}
+				l.Start(j.ID, "h1")
+				l.Done(j.ID, rapid.SampledFrom([]int{0, 1}).Draw(rt, "exit"))
+			},
+			"dispatch gated": func(rt *rapid.T) {
+				if len(ids) == 0 {
+					rt.Skip("no jobs")
+				}
+				j := l.Job(pick("job"))
+				l.Apply(ledger.Dispatch{Job: j.ID, Attempt: j.Attempt + 1, Host: "h1"})
+				if j.Gated() && j.State.OnHost() {
+					rt.Fatalf("gated job %s was dispatched", j.ID)
+				}
+				if j.State.OnHost() {
+					l.Done(j.ID, 0)
+				}
+			},
+			"cancel": func(rt *rapid.T) {
+				if len(ids) == 0 {
+					rt.Skip("no jobs")
+				}
+				l.Apply(ledger.Cancel{Account: "a", Job: pick("job")})
+			},
+			"": func(rt *rapid.T) {
+				for _, j := range l.State.Jobs {
+					for _, d := range j.WaitingOn {
+						if l.Job(d).State.Terminal() {
+							rt.Fatalf("job %s still waits on %s, which is %s", j.ID, d, l.Job(d).State)
+						}
+					}
+					if j.State.Terminal() || j.State == ledger.StateRejected {
+						continue
+					}
+					for _, d := range j.After {
+						if dj := l.Job(d); dj.State.Terminal() && dj.State != ledger.StateSucceeded {
+							rt.Fatalf("job %s is %s though its afterok dependency %s is %s", j.ID, j.State, d, dj.State)
+						}
+					}
+				}
+			},
+		})
+	})
 }
