@@ -41,6 +41,10 @@ func TestDeployConfigRoles(t *testing.T) {
 	if ev, err := vision.Cancel(ctx, roleVision, id); err != nil && !errors.As(err, new(*client.RejectedError)) {
 		t.Errorf("submitter cancels its job: %+v, %v", ev, err)
 	}
+	// A hold of its own job answers (not_waiting: the job has ended).
+	if ev, err := vision.Hold(ctx, roleVision, id); !errors.As(err, new(*client.RejectedError)) || ev.Reason != ledger.ReasonNotWaiting {
+		t.Errorf("submitter holds its job: %+v, %v", ev, err)
+	}
 
 	// The admin sets and reads the price table.
 	prices := ledger.SetPricing{ID: "prices-1", PerGPUHour: map[string]ledger.Credits{"NVIDIA H100 80GB HBM3": 360}, Default: 100, FailurePercent: 50}
@@ -58,6 +62,9 @@ func TestDeployConfigRoles(t *testing.T) {
 	// bucket, any job's output and the journal.
 	if _, err := d.admin.Cancel(ctx, roleVision, id); err != nil && !errors.As(err, new(*client.RejectedError)) {
 		t.Errorf("admin cancels a job: %v", err)
+	}
+	if ev, err := d.admin.SetPriority(ctx, roleVision, id, 3); !errors.As(err, new(*client.RejectedError)) || ev.Reason != ledger.ReasonNotWaiting {
+		t.Errorf("admin changes a job's priority: %+v, %v", ev, err)
 	}
 	ajs := d.js(roleAdmin)
 	lkv, err := ajs.KeyValue(ctx, n.LedgerBucket())
@@ -90,7 +97,7 @@ func TestDeployConfigRoles(t *testing.T) {
 	}
 
 	// What each role must not do.
-	for _, subj := range []string{n.Submit(roleNLP), n.Submit("other"), n.Admin(roleVision), n.Config(subjects.ConfigPricing), n.Report(roleHost1)} {
+	for _, subj := range []string{n.Submit(roleNLP), n.Submit("other"), n.Modify(roleNLP), n.Admin(roleVision), n.Config(subjects.ConfigPricing), n.Report(roleHost1)} {
 		if _, err := vjs.Publish(d.short(), subj, []byte(`{"v":1}`)); err == nil {
 			t.Errorf("a submitter published to %s", subj)
 		}

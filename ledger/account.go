@@ -23,6 +23,10 @@ type Account struct {
 	// HeldJobs are the account's held jobs, oldest first: the order they
 	// are admitted in.
 	HeldJobs []string `json:"held_jobs,omitempty"`
+	// Waiting counts the account's jobs still waiting on a dependency
+	// (Job.WaitingOn not empty), so a job that ends looks for dependants
+	// only in an account that has some.
+	Waiting int `json:"waiting,omitempty"`
 	// RecentOps are the last MaxRecentOps admin commands applied, oldest
 	// first, so a retried op id is recognised after the stream's duplicate
 	// window has passed.

@@ -61,6 +61,11 @@ type Submit struct {
 	// [MaxArrayIndex], and 0 without ArrayID.
 	ArrayID    string
 	ArrayIndex int
+	// After names jobs of the account that must all succeed before this
+	// one may run (afterok); AfterAny names jobs that must only have ended,
+	// however (afterany). See [MaxDependencies] and the package doc.
+	After    []string
+	AfterAny []string
 }
 
 // Cancel asks for a job of Account to be stopped. A pending job is cancelled
@@ -199,6 +204,7 @@ func (s Submit) WithDefaults() Submit {
 	if len(s.Env) == 0 {
 		s.Env = nil
 	}
+	s.After, s.AfterAny = noneIfEmpty(s.After), noneIfEmpty(s.AfterAny)
 	return s
 }
 
@@ -252,6 +258,7 @@ func (s Submit) Validate() error {
 	default:
 		errs = append(errs, nonNil(checkID("array_id", s.ArrayID))...)
 	}
+	errs = append(errs, checkDependencies(s)...)
 	return joinProblems(errs)
 }
 

@@ -41,6 +41,21 @@
 // by its worker or ended by the infrastructure is never charged, nor is a job
 // cancelled before it runs. Every balance movement is also a journal
 // [Entry], so balances can be recomputed from the journal alone ([Books]).
+// [Pricing.Quote] computes what a submission reserves, the same function the
+// fold uses, so a dry run quotes exactly.
+//
+// # Dependencies and pauses
+//
+// A submission may wait for jobs of its account ([Submit.After] for
+// afterok, [Submit.AfterAny] for afterany, at most [MaxDependencies]). The
+// dependant is reserved like any job and stays pending, not dispatchable,
+// while [Job.WaitingOn] is not empty; when an afterok dependency ends
+// without success, the fold fails it with [ReasonDependencyFailed] and
+// releases its reservation (see deps.go for the rules of refusal). Its
+// owner may also pause a waiting job, release it, or change its priority
+// ([Modify]): a paused job ([Job.Paused]) keeps its reservation and its
+// place. [Job.Gated] says a pending job is held back by either; the fold
+// ignores a dispatch of it.
 //
 // # Attempts
 //

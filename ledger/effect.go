@@ -53,6 +53,10 @@ const (
 	EventLost            EventType = "lost"             // the attempt vanished
 	EventRequeued        EventType = "requeued"         // pending again, for another attempt
 	EventIgnored         EventType = "ignored"          // a command about the job changed nothing
+	EventDependencyMet   EventType = "dependency_met"   // a dependency ended and no longer holds it back
+	EventPaused          EventType = "paused"           // its owner holds it: not dispatched until released
+	EventResumed         EventType = "resumed"          // its owner released it
+	EventUpdated         EventType = "updated"          // its owner changed its priority
 )
 
 // Account event types.

@@ -20,6 +20,8 @@ import (
 //     exactly its cost on success and nothing otherwise), and belongs to an
 //     existing account unless rejected, and has no more failures and busy
 //     refusals than attempts, nor more attempts recorded than those allow;
+//   - every account counts in Waiting exactly its jobs waiting on a
+//     dependency, and only a waiting job waits on one or is paused;
 //   - a price table exists if a metered job is pending, dispatched or
 //     running, and is in range.
 //
@@ -29,6 +31,7 @@ func (s *State) CheckInvariants() error {
 	type sums struct {
 		held       Credits
 		jobs, gpus int
+		waiting    int
 	}
 	per := make(map[string]*sums, len(s.Accounts))
 	held := map[string][]*Job{}
@@ -69,6 +72,9 @@ func (s *State) CheckInvariants() error {
 			sum.jobs++
 			sum.gpus += j.GPUs
 		}
+		if len(j.WaitingOn) > 0 {
+			sum.waiting++
+		}
 	}
 	for id, a := range s.Accounts {
 		jobs := held[id]
@@ -94,6 +100,9 @@ func (s *State) CheckInvariants() error {
 		if a.RunningJobs != sum.jobs || a.RunningGPUs != sum.gpus {
 			errs = append(errs, brokenf("account %s counts %d running jobs on %d GPUs, its jobs say %d on %d",
 				id, a.RunningJobs, a.RunningGPUs, sum.jobs, sum.gpus))
+		}
+		if a.Waiting != sum.waiting {
+			errs = append(errs, brokenf("account %s counts %d jobs waiting on a dependency, its jobs say %d", id, a.Waiting, sum.waiting))
 		}
 	}
 	sort.Slice(errs, func(i, k int) bool { return errs[i].Error() < errs[k].Error() })
@@ -133,6 +142,9 @@ func (a *Account) check() error {
 
 // check reports the first broken invariant of j alone.
 func (j *Job) check() error {
+	if err := j.checkWaits(); err != nil {
+		return err
+	}
 	switch j.State {
 	case StatePending, StateDispatched, StateRunning:
 		if j.Reserved != j.Cost {

@@ -76,6 +76,18 @@ type Job struct {
 	// when it is no array's. An absent array_index is 0.
 	ArrayID    string `json:"array_id,omitempty"`
 	ArrayIndex int    `json:"array_index,omitempty"`
+	// After and AfterAny are the jobs it was submitted to wait for (see
+	// [Submit]); WaitingOn those of them that have not ended yet. A pending
+	// job with WaitingOn is reserved but not dispatched.
+	After     []string `json:"after,omitempty"`
+	AfterAny  []string `json:"after_any,omitempty"`
+	WaitingOn []string `json:"waiting_on,omitempty"`
+	// Paused is a hold its owner put on the waiting job ([Modify]): it
+	// keeps its reservation and place but is not dispatched until released.
+	Paused bool `json:"paused,omitempty"`
+	// SubmittedPriority is the priority it was submitted with, once an
+	// update changed Priority; a resubmission is compared against it.
+	SubmittedPriority *int `json:"submitted_priority,omitempty"`
 
 	State JobState `json:"state"`
 	// Attempt is the number of the current or last dispatch; 0 before the
@@ -136,6 +148,11 @@ func (j *Job) Clone() *Job {
 	c.Env = maps.Clone(j.Env)
 	c.Devices = slices.Clone(j.Devices)
 	c.Attempts = slices.Clone(j.Attempts)
+	c.After, c.AfterAny, c.WaitingOn = slices.Clone(j.After), slices.Clone(j.AfterAny), slices.Clone(j.WaitingOn)
+	if j.SubmittedPriority != nil {
+		p := *j.SubmittedPriority
+		c.SubmittedPriority = &p
+	}
 	if j.ExitCode != nil {
 		e := *j.ExitCode
 		c.ExitCode = &e
@@ -146,7 +163,8 @@ func (j *Job) Clone() *Job {
 // sameTerms reports whether s asks for exactly what j was submitted with.
 // s must have its defaults filled in.
 func (j *Job) sameTerms(s Submit) bool {
-	return j.Account == s.Account && j.Priority == s.Priority && j.GPUs == s.GPUs &&
+	return j.Account == s.Account && j.submittedPriority() == s.Priority && j.GPUs == s.GPUs &&
+		slices.Equal(j.After, s.After) && slices.Equal(j.AfterAny, s.AfterAny) &&
 		(j.Metered || j.Cost == s.Cost) && j.Metered == s.Metered && j.Hold == s.Hold &&
 		slices.Equal(j.Command, s.Command) && maps.Equal(j.Env, s.Env) &&
 		j.Walltime == s.Walltime && j.MaxAttempts == s.MaxAttempts &&

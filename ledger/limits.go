@@ -65,4 +65,7 @@ const (
 	// MaxArrayTasks the tasks one array submission may expand to.
 	MaxArrayIndex = 999_999
 	MaxArrayTasks = 1000
+	// MaxDependencies bounds the jobs one submission may wait for, after
+	// and after_any together.
+	MaxDependencies = 32
 )

@@ -21,6 +21,8 @@ const (
 	ReasonTooLarge            Reason = "too_large"            // a field, or a record the command would produce, passes its size limit
 	ReasonMeteredOnly         Reason = "metered_only"         // a fixed cost where the price table takes metered jobs only
 	ReasonBelowPriceFloor     Reason = "below_price_floor"    // a fixed cost below the price table's floor for the job
+	ReasonUnknownDependency   Reason = "unknown_dependency"   // a dependency names no job of the account (never submitted, rejected, or archived)
+	ReasonNotWaiting          Reason = "not_waiting"          // a hold, release or update of a job that is no longer waiting
 )
 
 // Reasons a well-formed command changed nothing. The command is consumed; the
@@ -36,6 +38,7 @@ const (
 	ReasonNotPending        Reason = "not_pending"        // a dispatch decision for a job that is not pending
 	ReasonMaxRunningJobs    Reason = "max_running_jobs"   // the dispatch would exceed the account's job cap
 	ReasonMaxRunningGPUs    Reason = "max_running_gpus"   // the dispatch would exceed the account's GPU cap
+	ReasonUnchanged         Reason = "unchanged"          // a hold of a paused job, a release of one not paused, an update to the same priority
 )
 
 // Reasons an attempt or a job ended without success.
@@ -47,4 +50,12 @@ const (
 	ReasonHostBusy          Reason = "host_busy"       // the worker found the GPUs it was sent to taken; the attempt is not spent
 	ReasonInfrastructure    Reason = "infrastructure"  // the attempt ended through no fault of the job (a GPU error, a drained worker)
 	ReasonAttemptsExhausted Reason = "attempts_exhausted"
+	ReasonDependencyFailed  Reason = "dependency_failed" // a job it waited for (afterok) ended without success
+)
+
+// Reasons a waiting job is held back, in a [JobEvent] when it starts or
+// stops waiting.
+const (
+	ReasonUserHold   Reason = "user_hold"  // its owner paused it ([Modify] hold)
+	ReasonDependency Reason = "dependency" // it waits for jobs named by after or after_any
 )

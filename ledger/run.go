@@ -31,6 +31,9 @@ func (t *tx) dispatch(c Dispatch) {
 		ignore(ReasonNotPending, "job is %s", j.State)
 	case c.Attempt != j.Attempt+1:
 		ignore(ReasonStaleAttempt, "the next attempt is %d", j.Attempt+1)
+	case j.Gated():
+		r, msg := gateProblem(j)
+		ignore(r, "%s", msg)
 	case len(caps) > 0:
 		ignore(caps[0].Reason, "%s", caps[0].Message())
 	case encodedStringsLen(j.Command)+encodedMapLen(j.Env)+EncodedLen(j.Workdir)+orderOverhead > MaxRecordBytes:
@@ -307,6 +310,8 @@ func (t *tx) finish(j *Job, to JobState, reason Reason, msg string, charged Cred
 // end moves j, which holds nothing (any reservation already settled), to the
 // final state to and announces it.
 func (t *tx) end(j *Job, to JobState, reason Reason, msg string) {
+	t.stopWaiting(j)
+	t.ended = append(t.ended, j)
 	j.State, j.Reason, j.Message, j.EndedAt = to, reason, clip(msg), t.at
 	t.changedJob(j)
 	t.jobEvent(j.Account, j, JobEvent{Type: finalEvent[to]})

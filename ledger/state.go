@@ -69,6 +69,8 @@ func (s *State) Apply(cmd Command, seq uint64, at time.Time) Result {
 		t.submit(c)
 	case Cancel:
 		t.cancel(c)
+	case Modify:
+		t.modify(c)
 	case Admin:
 		t.admin(c)
 	case Dispatch:
@@ -99,6 +101,8 @@ func (s *State) Apply(cmd Command, seq uint64, at time.Time) Result {
 		t.emit(InvalidEvent{Account: acct, Job: job, Reason: ReasonTooLarge,
 			Message: fmt.Sprintf("%s refused and not applied: %v", cmd.Kind(), err)})
 	}
+	// Jobs that ended may let their dependants run, or fail them.
+	t.settleDependants()
 	// Money may have come free on the accounts this command touched: admit
 	// their held jobs it now pays for, in submit order.
 	for i := 0; i < len(t.accounts); i++ {
@@ -136,6 +140,8 @@ func (s *State) reflected(cmd Command, seq uint64) bool {
 		return seen(c.Account, c.ID) || priced
 	case Cancel:
 		return seen("", c.Job)
+	case Modify:
+		return seen("", c.Job)
 	case Admin:
 		return seen(c.Account, "")
 	case Dispatch:
@@ -169,6 +175,7 @@ type tx struct {
 	accounts []*Account // touched, for the invariant check
 	jobs     []*Job
 	created  []*Account // created by this command: their chain opens with their first entry
+	ended    []*Job     // jobs that reached a final state in this command, for their dependants
 }
 
 // emit adds e to the effects, its message cut to MaxMessageBytes and any id
@@ -258,6 +265,8 @@ func keysOf(s *State, cmd Command) (acct, job string, pricing bool) {
 	case Submit:
 		return c.Account, c.ID, false
 	case Cancel:
+		job = c.Job
+	case Modify:
 		job = c.Job
 	case Admin:
 		return c.Account, "", false

@@ -44,23 +44,17 @@ func (t *tx) submit(c Submit) {
 			fmt.Sprintf("account %s does not exist; an admin must create it first", c.Account))
 		return
 	}
-	if reason, msg := t.s.Pricing.fixedCostProblem(c); reason != "" {
+	waiting, reason, msg := t.dependencies(c)
+	if reason != "" {
 		t.rejectSubmission(c, reason, msg)
 		return
 	}
-	if c.Metered {
-		price := t.s.Pricing.MaxPrice()
-		if price == 0 {
-			t.rejectSubmission(c, ReasonNoPrice, "a metered job needs a price table with a price above 0, and there is none; give a cost, or ask an admin to set prices")
-			return
-		}
-		cost, ok := gpuSecondsCost(c.GPUs, ceilSeconds(c.Walltime), price)
-		if !ok {
-			t.rejectSubmission(c, ReasonOverflow, fmt.Sprintf("%d GPUs for %v at %d credits per GPU-hour pass the limit of %d credits", c.GPUs, c.Walltime, price, MaxCredits))
-			return
-		}
-		c.Cost = cost
+	cost, reason, msg := t.s.Pricing.Quote(c)
+	if reason != "" {
+		t.rejectSubmission(c, reason, msg)
+		return
 	}
+	c.Cost = cost
 	t.touch(a)
 	if c.Cost > a.Available() || c.Hold && len(a.HeldJobs) > 0 {
 		if !c.Hold {
@@ -76,6 +70,7 @@ func (t *tx) submit(c Submit) {
 		// Held jobs are admitted in submit order, so a new one waits behind
 		// any already held even if it is cheap enough now.
 		j := newJob(c, t.seq, t)
+		t.await(a, j, waiting)
 		j.State = StateHeld
 		t.s.Jobs[j.ID] = j
 		t.changedJob(j)
@@ -89,7 +84,8 @@ func (t *tx) submit(c Submit) {
 		return
 	}
 	j := newJob(c, t.seq, t)
-	t.reserve(a, j, fmt.Sprintf("reserved %d of %d available", c.Cost, a.Available()))
+	t.await(a, j, waiting)
+	t.reserve(a, j, fmt.Sprintf("reserved %d of %d available%s", c.Cost, a.Available(), waitNote(j)))
 }
 
 // reserve holds j's cost on a and queues j.
@@ -183,6 +179,8 @@ func newJob(c Submit, submitSeq uint64, t *tx) *Job {
 		Workdir:     c.Workdir,
 		ArrayID:     c.ArrayID,
 		ArrayIndex:  c.ArrayIndex,
+		After:       slices.Clone(c.After),
+		AfterAny:    slices.Clone(c.AfterAny),
 		SubmitSeq:   submitSeq,
 		SubmittedAt: t.at,
 	}
@@ -194,8 +192,11 @@ func termDiff(j *Job, c Submit) string {
 	if j.Account != c.Account {
 		return "it belongs to another account"
 	}
-	if j.Priority != c.Priority {
-		d = append(d, fmt.Sprintf("priority %d, not %d", j.Priority, c.Priority))
+	if p := j.submittedPriority(); p != c.Priority {
+		d = append(d, fmt.Sprintf("priority %d, not %d", p, c.Priority))
+	}
+	if !slices.Equal(j.After, c.After) || !slices.Equal(j.AfterAny, c.AfterAny) {
+		d = append(d, "other dependencies")
 	}
 	if j.GPUs != c.GPUs {
 		d = append(d, fmt.Sprintf("gpus %d, not %d", j.GPUs, c.GPUs))

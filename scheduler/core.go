@@ -52,6 +52,9 @@ type Core struct {
 	// shadows are the reservations the last Decide made for blocked jobs,
 	// for tests and explanations.
 	shadows map[string]Shadow
+	// gated are the pending jobs kept out of the queue: waiting on a
+	// dependency or paused by their owner (see deps.go).
+	gated map[string]bool
 	// refused are the hosts that have refused orders since they last
 	// started one: they are backed off (see refusals.go).
 	refused map[string]*refusals
@@ -195,6 +198,7 @@ func (c *Core) Share(account string, now time.Time) float64 {
 func (c *Core) Load(s *ledger.State) {
 	c.usage = newUsage(c.cfg.HalfLife)
 	c.queue = NewQueue(c.share)
+	c.gated = map[string]bool{}
 	c.onHost = map[string]placement{}
 	c.inflight = map[string]*decision{}
 	c.perAcct = map[string]*load{}
@@ -305,9 +309,9 @@ func (c *Core) index(j *ledger.Job) {
 		c.onHost[j.ID] = p
 	}
 	if j.State == ledger.StatePending && c.inflight[j.ID] == nil {
-		c.queue.Push(QueueItem{Job: j.ID, Account: j.Account, Priority: j.Priority, SubmitSeq: j.SubmitSeq})
+		c.queueJob(j) // or set it aside, gated: see deps.go
 	} else {
-		c.queue.Remove(j.ID)
+		c.unqueueJob(j.ID)
 	}
 	if j.State != ledger.StatePending {
 		delete(c.unplaceableSince, j.ID)

@@ -38,6 +38,13 @@
 // because the GPUs were taken ([ledger.Report.Busy]) spends none of the job's
 // attempts and waits no retry delay.
 //
+// A pending job that waits on a dependency or that its owner paused
+// ([ledger.Job.Gated]) keeps its reservation but is kept out of the queue
+// (scheduler/deps.go): no pass dispatches it, and [Explain] and the wait
+// facts say "waiting_on_dependency" (naming each job) or "user_hold". When
+// the fold clears the gate, the job is queued at its submit sequence; a
+// changed priority re-queues it.
+//
 // # Outages
 //
 // [Service.Run] rides out the server's absence for as long as it lasts.

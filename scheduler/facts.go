@@ -67,6 +67,7 @@ func (c *Core) Waiting(s *ledger.State, now time.Time, limit int) ([]Waiting, in
 		ahead.add(j)
 	}
 	p.End()
+	out = append(out, c.waitingGated(s, limit)...)
 	held := 0
 	for _, id := range slices.Sorted(maps.Keys(s.Accounts)) {
 		if held >= limit {

@@ -631,6 +631,8 @@ func address(cmd ledger.Command) (account, job string) {
 		return c.Account, c.ID
 	case ledger.Cancel:
 		return c.Account, c.Job
+	case ledger.Modify:
+		return c.Account, c.Job
 	case ledger.Admin:
 		return c.Account, ""
 	case ledger.Admit:

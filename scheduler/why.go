@@ -21,8 +21,10 @@ type Blocker struct {
 	// "no_free_gpus", "host_backoff" (the only hosts with room refused
 	// orders and are backed off), "queue", "backfill_reserved" (the job
 	// holds the backfill reservation: when it starts at the latest),
-	// "backfill_blocked" (it would delay the job that holds it), and for a
-	// held job "credits" and "held_behind".
+	// "backfill_blocked" (it would delay the job that holds it),
+	// "waiting_on_dependency" (it waits for the jobs the message names) and
+	// "user_hold" (its owner paused it), and for a held job "credits" and
+	// "held_behind".
 	Kind    string `json:"kind"`
 	Message string `json:"message"`
 }
@@ -44,10 +46,13 @@ func Explain(s *ledger.State, hosts []wire.Heartbeat, id string, now time.Time, 
 		return nil, fmt.Errorf("no job %s", id)
 	}
 	if j.State == ledger.StateHeld {
-		return explainHeld(s, j, now), nil
+		return append(explainHeld(s, j, now), gateBlockers(s, j)...), nil
 	}
 	if j.State != ledger.StatePending {
 		return nil, fmt.Errorf("job %s is %s, not waiting", id, j.State)
+	}
+	if j.Gated() {
+		return gateBlockers(s, j), nil
 	}
 	core := NewCore(cfg)
 	core.Load(s)
@@ -121,7 +126,7 @@ func Explain(s *ledger.State, hosts []wire.Heartbeat, id string, now time.Time, 
 	higher, fairer, older := 0, 0, 0
 	fairerAccts := map[string]bool{}
 	for _, o := range s.Jobs {
-		if o.State != ledger.StatePending || o.ID == j.ID {
+		if o.State != ledger.StatePending || o.ID == j.ID || o.Gated() {
 			continue
 		}
 		theirs := core.share(o.Account)

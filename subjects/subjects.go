@@ -52,6 +52,7 @@ const (
 const (
 	KindSubmit = "submit"
 	KindCancel = "cancel"
+	KindModify = "modify"
 	KindAdmin  = "admin"
 	KindReport = "report"
 	KindSched  = "sched"
@@ -254,6 +255,10 @@ func (n Names) Submit(account string) string { return n.join("account", account,
 // Cancel is where a job of account is cancelled: gpuq.cmd.cancel.<account>.
 func (n Names) Cancel(account string) string { return n.join("account", account, "cmd", KindCancel) }
 
+// Modify is where a waiting job of account is held, released or given
+// another priority: gpuq.cmd.modify.<account>.
+func (n Names) Modify(account string) string { return n.join("account", account, "cmd", KindModify) }
+
 // Admin is where account administration is sent: gpuq.cmd.admin.<account>.
 func (n Names) Admin(account string) string { return n.join("account", account, "cmd", KindAdmin) }
 
@@ -420,7 +425,7 @@ func ParseKey(key string) (kind, id string, err error) {
 
 // Cmd is a parsed command subject.
 type Cmd struct {
-	Kind  string // KindSubmit, KindCancel, KindAdmin, KindReport, KindSched or KindConfig
+	Kind  string // KindSubmit, KindCancel, KindModify, KindAdmin, KindReport, KindSched or KindConfig
 	Token string // the account, host, decision kind or configuration kind the subject names
 }
 
@@ -439,7 +444,7 @@ func (n Names) ParseCmd(subject string) (Cmd, error) {
 	}
 	var what string
 	switch kind {
-	case KindSubmit, KindCancel, KindAdmin:
+	case KindSubmit, KindCancel, KindModify, KindAdmin:
 		what = "account"
 	case KindReport:
 		what = "host"

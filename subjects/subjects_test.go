@@ -96,6 +96,7 @@ func TestEverySubjectLandsInItsStream(t *testing.T) {
 		pubs := []pub{
 			{"pipeline", n.Submit("vision"), n.CmdStream()},
 			{"pipeline", n.Cancel("vision"), n.CmdStream()},
+			{"pipeline", n.Modify("vision"), n.CmdStream()},
 			{"admin", n.Admin("vision"), n.CmdStream()},
 			{"worker", n.Report("gpu-host-1"), n.CmdStream()},
 			{"worker", n.Log("vision", "train-42", "gpu-host-1"), n.LogsStream()},
@@ -206,6 +207,7 @@ func TestParseCmd(t *testing.T) {
 	good := map[string]Cmd{
 		n.Submit("vision"):        {KindSubmit, "vision"},
 		n.Cancel("vision"):        {KindCancel, "vision"},
+		n.Modify("vision"):        {KindModify, "vision"},
 		n.Admin("ops"):            {KindAdmin, "ops"},
 		n.Report("h1"):            {KindReport, "h1"},
 		n.Sched(SchedDispatch):    {KindSched, SchedDispatch},

@@ -62,6 +62,19 @@ var genCommands = map[string]*rapid.Generator[ledger.Command]{
 		}
 		s.Workdir = rapid.SampledFrom([]string{"", "/", "/data/run-7", "/home/ana/é"}).Draw(t, "workdir")
 		s.GPUModel = rapid.SampledFrom([]string{"", "NVIDIA H100 80GB HBM3", "NVIDIA H200 141GB HBM3e"}).Draw(t, "gpu_model")
+		if deps := rapid.SliceOfNDistinct(genToken, 0, 4, rapid.ID[string]).Draw(t, "deps"); len(deps) > 0 {
+			k := rapid.IntRange(0, len(deps)).Draw(t, "afterok")
+			s.After, s.AfterAny = deps[:k:k], deps[k:] // no list is empty: an empty one is none
+			if len(s.After) == 0 {
+				s.After = nil
+			}
+			if len(s.AfterAny) == 0 {
+				s.AfterAny = nil
+			}
+			if slices.Contains(deps, s.ID) {
+				s.After, s.AfterAny = nil, nil // a job cannot depend on itself
+			}
+		}
 		if s.Metered = rapid.Bool().Draw(t, "metered"); !s.Metered {
 			s.Cost = genCredits.Draw(t, "cost")
 		}
@@ -72,6 +85,14 @@ var genCommands = map[string]*rapid.Generator[ledger.Command]{
 	}),
 	"Cancel": rapid.Custom(func(t *rapid.T) ledger.Command {
 		return ledger.Cancel{Account: genToken.Draw(t, "account"), Job: genToken.Draw(t, "job")}
+	}),
+	"Modify": rapid.Custom(func(t *rapid.T) ledger.Command {
+		m := ledger.Modify{Account: genToken.Draw(t, "account"), Job: genToken.Draw(t, "job"),
+			Op: rapid.SampledFrom([]ledger.ModifyOp{ledger.OpHold, ledger.OpRelease, ledger.OpPriority}).Draw(t, "op")}
+		if m.Op == ledger.OpPriority {
+			m.Priority = rapid.IntRange(ledger.MinPriority, ledger.MaxPriority).Draw(t, "priority")
+		}
+		return m
 	}),
 	"Admin": rapid.Custom(func(t *rapid.T) ledger.Command {
 		a := ledger.Admin{Account: genToken.Draw(t, "account"), ID: genToken.Draw(t, "id"),

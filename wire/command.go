@@ -64,6 +64,8 @@ func DecodeCommand(n subjects.Names, subject string, data []byte) (ledger.Comman
 		return DecodeSubmit(cmd.Token, data)
 	case subjects.KindCancel:
 		return DecodeCancel(cmd.Token, data)
+	case subjects.KindModify:
+		return DecodeModify(cmd.Token, data)
 	case subjects.KindAdmin:
 		return DecodeAdmin(cmd.Token, data)
 	case subjects.KindReport:
@@ -103,6 +105,8 @@ func EncodeCommand(n subjects.Names, c ledger.Command) (Message, error) {
 		return EncodeSubmit(n, c)
 	case ledger.Cancel:
 		return EncodeCancel(n, c)
+	case ledger.Modify:
+		return EncodeModify(n, c)
 	case ledger.Admin:
 		return EncodeAdmin(n, c)
 	case ledger.Report:
@@ -167,6 +171,7 @@ func DecodeSubmit(account string, data []byte) (ledger.Submit, error) {
 		ArrayID:     f.token("array_id", "array id", false),
 		ArrayIndex:  f.int("array_index", false),
 	}
+	s.After, s.AfterAny = f.strs("after", false), f.strs("after_any", false)
 	if err := checkAccount(f, account); err != nil {
 		return ledger.Submit{}, &DecodeError{Account: account, Job: s.ID, Reason: ledger.ReasonAccountMismatch, Err: err}
 	}
@@ -195,6 +200,8 @@ type submitBody struct {
 	Workdir     string            `json:"workdir,omitempty"`
 	ArrayID     string            `json:"array_id,omitempty"`
 	ArrayIndex  int               `json:"array_index,omitempty"`
+	After       []string          `json:"after,omitempty"`
+	AfterAny    []string          `json:"after_any,omitempty"`
 }
 
 // EncodeSubmit returns the message that submits s. It fails if s would be
@@ -209,6 +216,7 @@ func EncodeSubmit(n subjects.Names, s ledger.Submit) (Message, error) {
 	body.GPUModel = s.GPUModel
 	body.Workdir = s.Workdir
 	body.ArrayID, body.ArrayIndex = s.ArrayID, s.ArrayIndex
+	body.After, body.AfterAny = s.After, s.AfterAny
 	if !s.Metered {
 		body.Cost = &s.Cost
 	}
@@ -257,6 +265,37 @@ func EncodeCancel(n subjects.Names, c ledger.Cancel) (Message, error) {
 		V  int    `json:"v"`
 		ID string `json:"id"`
 	}{Version, c.Job})
+}
+
+// DecodeModify decodes the body of gpuq.cmd.modify.<account>:
+// {"v":1,"id":JOB,"op":"hold"|"release"|"priority","priority":N}.
+func DecodeModify(account string, data []byte) (ledger.Modify, error) {
+	f, err := object(data)
+	if err != nil {
+		return ledger.Modify{}, decodeError(account, "", "modify", err)
+	}
+	m := ledger.Modify{Account: account, Job: f.token("id", "job id", true),
+		Op: ledger.ModifyOp(f.str("op", true)), Priority: f.int("priority", false)}
+	if err := checkAccount(f, account); err != nil {
+		return ledger.Modify{}, &DecodeError{Account: account, Job: m.Job, Reason: ledger.ReasonAccountMismatch, Err: err}
+	}
+	if err := f.done(account, m.Job, string(m.Op), m); err != nil {
+		return ledger.Modify{}, err
+	}
+	return m, nil
+}
+
+// EncodeModify returns the message that applies m to m.Job of m.Account.
+func EncodeModify(n subjects.Names, m ledger.Modify) (Message, error) {
+	if err := errors.Join(subjects.CheckToken("account", m.Account), subjects.CheckToken("job id", m.Job), m.Validate()); err != nil {
+		return Message{}, err
+	}
+	return encode(n.Modify(m.Account), ModifyMsgID(m.Account, m.Job, m.Op), struct {
+		V        int             `json:"v"`
+		ID       string          `json:"id"`
+		Op       ledger.ModifyOp `json:"op"`
+		Priority int             `json:"priority,omitempty"`
+	}{Version, m.Job, m.Op, m.Priority})
 }
 
 // DecodeAdmin decodes the body of gpuq.cmd.admin.<account>.
@@ -578,6 +617,12 @@ func WithNonce(msg Message, nonce string) Message {
 
 // CancelMsgID is the id of a cancel of job by account.
 func CancelMsgID(account, job string) string { return "cancel." + account + "." + job }
+
+// ModifyMsgID is the id of a hold, release or priority change of job by
+// account. The nonce every publisher adds tells one hold from the next.
+func ModifyMsgID(account, job string, op ledger.ModifyOp) string {
+	return "modify." + account + "." + job + "." + string(op)
+}
 
 // AdminMsgID is the id of admin op opID on account.
 func AdminMsgID(account, opID string) string { return "admin." + account + "." + opID }

@@ -19,7 +19,7 @@ func init() {
 	register(&command{
 		name:    "submit",
 		summary: "submit a job: reserve its cost and queue it",
-		usage:   "submit [--id ID] [--name NAME] [--account A] [--priority P] [--gpus N] [--cost C] [--walltime D] [--hold] [--gpu-model MODEL] [--workdir DIR] [--array 0-99] [--env K=V]... [--wait] -- CMD ARGS…",
+		usage:   "submit [--id ID] [--name NAME] [--account A] [--priority P] [--gpus N] [--cost C] [--walltime D] [--hold] [--gpu-model MODEL] [--workdir DIR] [--array 0-99] [--env K=V]... [--after ID,…] [--after-any ID,…] [--dry-run] [--wait] -- CMD ARGS…",
 		example: `  gpuq submit --account vision --gpus 2 --cost 120 --walltime 2h -- python train.py --epochs 10
   gpuq submit --id train-42 --account vision --gpus 1 --cost 10 --wait -- sh -c 'nvidia-smi -L'
   gpuq submit --account vision --gpus 8 --walltime 4h -- python train.py   # metered: no --cost
@@ -32,7 +32,13 @@ func init() {
   # --hold waits for credits (refill or grant) instead of being rejected
   # --wait follows the job and exits 0 when it succeeds, 3 when it fails or is cancelled
   # --array submits one task per index, ids sweep-0 … sweep-99, each reserving its own cost;
-  #   it prints every task's answer and exits 4 if any was rejected (the others stay submitted)`,
+  #   it prints every task's answer and exits 4 if any was rejected (the others stay submitted)
+  gpuq submit --account vision --cost 5 --after train-42 -- python eval.py
+  # --after waits for jobs of the account to succeed (one that fails fails this one,
+  #   dependency_failed, and releases its reservation); --after-any for them to end
+  gpuq submit --account vision --gpus 8 --walltime 4h --dry-run -- python train.py
+  # --dry-run submits nothing: the exact reservation, whether the account can pay
+  #   (refill included) and an estimated start; --output json for scripts`,
 		run: runSubmit,
 	})
 	register(&command{
@@ -100,6 +106,9 @@ func runSubmit(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&s.Name, "name", "", "a display name for the job, shown by gpuq job and gpuq jobs (printable text, at most 128 bytes)")
 	wait := fs.Bool("wait", false, "follow the job until it ends")
 	array := fs.String("array", "", "submit a job array: one task per index (0-99, 1,3,5-7; at most 1000), ids ID-INDEX, each with GPUQ_ARRAY_INDEX")
+	fs.Var((*idList)(&s.After), "after", "run only after these jobs succeeded (afterok): ID[,ID] (repeatable)")
+	fs.Var((*idList)(&s.AfterAny), "after-any", "run only after these jobs ended, however (afterany): ID[,ID] (repeatable)")
+	dry := fs.Bool("dry-run", false, "submit nothing: print what it would reserve, whether the account can pay, and an estimated start")
 	cmd, err := e.parse(c, fs, args)
 	if err != nil {
 		return err
@@ -136,6 +145,9 @@ func runSubmit(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer sess.close()
+	if *dry {
+		return dryRun(ctx, e, sess, s)
+	}
 	ev, err := sess.c.Submit(ctx, s)
 	var rej *client.RejectedError
 	if errors.As(err, &rej) {

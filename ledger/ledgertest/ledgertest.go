@@ -18,7 +18,7 @@ import (
 func Next(s *ledger.State) *ledger.Job {
 	var best *ledger.Job
 	for _, j := range s.Jobs {
-		if j.State != ledger.StatePending {
+		if j.State != ledger.StatePending || j.Gated() {
 			continue
 		}
 		if best == nil || j.Priority > best.Priority || j.Priority == best.Priority && j.SubmitSeq < best.SubmitSeq {
