@@ -337,6 +337,11 @@ func TestCIRunsTheReadmeTestCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The README's test command is .ci/run itself, which installs what the
+	// tests need and then runs the go command README also gives.
+	if !strings.Contains(string(readme), "```sh\n.ci/run\n```") {
+		t.Error("README.md does not give .ci/run as the command that runs the tests")
+	}
 	lines := strings.Split(strings.TrimSpace(string(ci)), "\n")
 	last := lines[len(lines)-1]
 	if !strings.Contains(string(readme), "```sh\n"+last+"\n```") {
