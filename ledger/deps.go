@@ -169,11 +169,9 @@ func (t *tx) dependencyEnded(a *Account, j, d *Job) {
 		if j.State == StateHeld {
 			a.HeldJobs = slices.DeleteFunc(slices.Clone(a.HeldJobs), func(id string) bool { return id == j.ID })
 			t.changedAccount(a)
-			t.stopWaiting(j)
-			t.end(j, StateFailed, ReasonDependencyFailed, msg)
+			t.end(j, StateFailed, ReasonDependencyFailed, msg) // end stops its waiting
 			return
 		}
-		t.stopWaiting(j)
 		t.finish(j, StateFailed, ReasonDependencyFailed, msg, 0)
 		return
 	}

@@ -262,7 +262,7 @@ func roughSize(v any) int {
 			str(v.Model) + str(string(v.Reason)) + str(v.Message) +
 			str(v.Name) +
 			str(v.GPUModel) +
-			str(v.Workdir) + str(v.ArrayID)
+			str(v.Workdir) + str(v.ArrayID) + strs(v.After) + strs(v.AfterAny) + strs(v.WaitingOn)
 		for _, a := range v.Attempts {
 			n += fixedElem + str(a.Host) + str(string(a.Reason)) + str(a.Message)
 		}

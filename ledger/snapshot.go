@@ -45,7 +45,7 @@ func UnmarshalJob(data []byte) (*Job, error) {
 	if err := json.Unmarshal(data, &j); err != nil {
 		return nil, fmt.Errorf("decode job: %w", err)
 	}
-	if j.Reserved == 0 && bytes.Contains(data, []byte(`"held"`)) {
+	if j.Reserved == 0 && bytes.Contains(data, []byte(`"held":`)) /* the key, not the state "held" */ {
 		// Stored before the field was named "reserved".
 		var legacy struct {
 			Held Credits `json:"held"`

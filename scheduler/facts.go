@@ -78,8 +78,9 @@ func (c *Core) Waiting(s *ledger.State, now time.Time, limit int) ([]Waiting, in
 				break
 			}
 			if j := s.Jobs[jid]; j != nil && j.State == ledger.StateHeld {
-				w := Waiting{Job: j.ID, Account: j.Account, State: j.State, Blockers: explainHeld(s, j, now)}
-				w.key = blockersKey(w.Blockers, "")
+				// As Explain says of it: the credits, and any gate too.
+				w := Waiting{Job: j.ID, Account: j.Account, State: j.State, Blockers: append(explainHeld(s, j, now), gateBlockers(s, j)...)}
+				w.key = blockersKey(w.Blockers, strings.Join(j.WaitingOn, ",")+fmt.Sprint(j.Paused))
 				out = append(out, w)
 				held++
 			}
@@ -200,11 +201,9 @@ func (c *Core) waiting(s *ledger.State, j *ledger.Job, now time.Time, hv *hostVi
 		if u == nil {
 			u = &load{}
 		}
-		if m := a.Limits.MaxRunningJobs; m > 0 && a.RunningJobs+u.jobs >= m {
-			add("max_running_jobs", "", "account %s already runs %d jobs, its cap", a.ID, a.RunningJobs+u.jobs)
-		}
-		if m := a.Limits.MaxRunningGPUs; m > 0 && a.RunningGPUs+u.gpus+j.GPUs > m {
-			add("max_running_gpus", "", "account %s runs %d GPUs; %d more would pass its cap of %d", a.ID, a.RunningGPUs+u.gpus, j.GPUs, m)
+		// The one cap rule, with this pass's own decisions counted.
+		for _, b := range ledger.CapBlocks(a, ledger.Running{Jobs: u.jobs, GPUs: u.gpus}, j.GPUs) {
+			add(string(b.Reason), "", "%s", b.Message())
 		}
 	}
 	v := hv.of(c, j.GPUs, j.GPUModel, now)

@@ -172,6 +172,9 @@ func DecodeSubmit(account string, data []byte) (ledger.Submit, error) {
 		ArrayIndex:  f.int("array_index", false),
 	}
 	s.After, s.AfterAny = f.strs("after", false), f.strs("after_any", false)
+	if err := checkDependencyTokens(s); err != nil {
+		f.bad("%v", err)
+	}
 	if err := checkAccount(f, account); err != nil {
 		return ledger.Submit{}, &DecodeError{Account: account, Job: s.ID, Reason: ledger.ReasonAccountMismatch, Err: err}
 	}
@@ -207,7 +210,7 @@ type submitBody struct {
 // EncodeSubmit returns the message that submits s. It fails if s would be
 // rejected as invalid.
 func EncodeSubmit(n subjects.Names, s ledger.Submit) (Message, error) {
-	if err := errors.Join(subjects.CheckToken("account", s.Account), subjects.CheckToken("job id", s.ID), checkArrayToken(s.ArrayID), s.Validate()); err != nil {
+	if err := errors.Join(subjects.CheckToken("account", s.Account), subjects.CheckToken("job id", s.ID), checkArrayToken(s.ArrayID), checkDependencyTokens(s), s.Validate()); err != nil {
 		return Message{}, err
 	}
 	body := submitBody{V: Version, ID: s.ID, Priority: s.Priority, GPUs: s.GPUs,
@@ -229,6 +232,18 @@ func EncodeSubmit(n subjects.Names, s ledger.Submit) (Message, error) {
 	}
 	msg.MsgID = SubmitMsgID(s.Account, s.ID, msg.Data)
 	return msg, nil
+}
+
+// checkDependencyTokens reports whether every job a submission waits for
+// is named by a token, as a job id is.
+func checkDependencyTokens(s ledger.Submit) error {
+	var errs []error
+	for _, id := range slices.Concat(s.After, s.AfterAny) {
+		if err := subjects.CheckToken("dependency", id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // checkArrayToken reports whether an array id, when set, is a token as a
@@ -274,8 +289,9 @@ func DecodeModify(account string, data []byte) (ledger.Modify, error) {
 	if err != nil {
 		return ledger.Modify{}, decodeError(account, "", "modify", err)
 	}
-	m := ledger.Modify{Account: account, Job: f.token("id", "job id", true),
-		Op: ledger.ModifyOp(f.str("op", true)), Priority: f.int("priority", false)}
+	op := ledger.ModifyOp(f.str("op", true))
+	// A priority update must say the priority: a missing one is not 0.
+	m := ledger.Modify{Account: account, Job: f.token("id", "job id", true), Op: op, Priority: f.int("priority", op == ledger.OpPriority)}
 	if err := checkAccount(f, account); err != nil {
 		return ledger.Modify{}, &DecodeError{Account: account, Job: m.Job, Reason: ledger.ReasonAccountMismatch, Err: err}
 	}
@@ -290,12 +306,16 @@ func EncodeModify(n subjects.Names, m ledger.Modify) (Message, error) {
 	if err := errors.Join(subjects.CheckToken("account", m.Account), subjects.CheckToken("job id", m.Job), m.Validate()); err != nil {
 		return Message{}, err
 	}
+	var priority *int // sent, 0 included, with a priority update only
+	if m.Op == ledger.OpPriority {
+		priority = &m.Priority
+	}
 	return encode(n.Modify(m.Account), ModifyMsgID(m.Account, m.Job, m.Op), struct {
 		V        int             `json:"v"`
 		ID       string          `json:"id"`
 		Op       ledger.ModifyOp `json:"op"`
-		Priority int             `json:"priority,omitempty"`
-	}{Version, m.Job, m.Op, m.Priority})
+		Priority *int            `json:"priority,omitempty"`
+	}{Version, m.Job, m.Op, priority})
 }
 
 // DecodeAdmin decodes the body of gpuq.cmd.admin.<account>.

@@ -286,7 +286,7 @@ func DecodeJournalEntry(data []byte) (JournalEntry, error) {
 	if err := unmarshalV1("journal entry", data, &e); err != nil {
 		return JournalEntry{}, err
 	}
-	if e.Reservation == 0 && bytes.Contains(data, []byte(`"held"`)) {
+	if e.Reservation == 0 && bytes.Contains(data, []byte(`"held":`)) /* the key, not the state "held" */ {
 		// Written before the field was named "reservation".
 		var legacy struct {
 			Held ledger.Credits `json:"held"`

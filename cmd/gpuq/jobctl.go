@@ -265,7 +265,10 @@ func printQuote(e *env, q Quote) error {
 		q.Estimate = estimateNote(q)
 	}
 	if e.output == "json" {
-		return printJSON(e.stdout, q)
+		if err := printJSON(e.stdout, q); err != nil {
+			return err
+		}
+		return quoteExit(q)
 	}
 	w := e.stdout
 	fmt.Fprintf(w, "dry run of %s for account %s: nothing submitted\n", q.Job, q.Account)
@@ -286,6 +289,12 @@ func printQuote(e *env, q Quote) error {
 		fmt.Fprintf(w, "  earliest start %s\n", q.EarliestStart.Local().Format(time.RFC3339))
 	}
 	fmt.Fprintf(w, "  %s\n", q.Estimate)
+	return quoteExit(q)
+}
+
+// quoteExit is how a dry run exits: 4 when the submission would be
+// rejected, in either output format.
+func quoteExit(q Quote) error {
 	if q.Outcome == ledger.EventRejected {
 		return exitError{code: exitRejected}
 	}

@@ -137,6 +137,9 @@ func runSubmit(ctx context.Context, e *env, args []string) error {
 	if err := s.Validate(); err != nil {
 		return usagef("%v", err) // an out-of-range value is a usage error, before connecting
 	}
+	if *dry && (flagSet(fs, "array") || *wait) {
+		return usagef("--dry-run submits nothing: it quotes one job, without --array or --wait")
+	}
 	if flagSet(fs, "array") {
 		return submitArray(ctx, e, s, *array, *wait)
 	}
@@ -386,10 +389,13 @@ func runJobs(ctx context.Context, e *env, args []string) error {
 		if ctx.Err() != nil {
 			return nil // Ctrl-C ends the watch
 		}
-		if err != nil {
-			return err
-		}
-		if out != last {
+		switch {
+		case err != nil:
+			// A watch rides out a server that is away for a while: it
+			// says so and reads again at the next interval.
+			fmt.Fprintf(e.stderr, "%s cannot read the jobs (trying again in %v): %v\n", time.Now().Format("15:04:05"), *interval, err)
+			last = ""
+		case out != last:
 			if e.output != "json" {
 				fmt.Fprintf(e.stdout, "\n%s (every %v; Ctrl-C stops)\n", time.Now().Format("15:04:05"), *interval)
 			}
