@@ -215,8 +215,12 @@ func (p *Publisher) retry(ctx context.Context, m wire.Message) (*jetstream.PubAc
 	b.InitialInterval, b.MaxElapsedTime = 20*time.Millisecond, p.MaxElapsed
 	var ack *jetstream.PubAck
 	err := backoff.Retry(func() error {
+		// Each try waits at most an ack timeout: a request or answer lost
+		// in a failover is tried again, not waited on until ctx's deadline.
+		actx, cancel := context.WithTimeout(ctx, p.ackTimeout)
+		defer cancel()
 		var err error
-		ack, err = p.js.PublishMsg(ctx, natsMsg(m))
+		ack, err = p.js.PublishMsg(actx, natsMsg(m))
 		if err != nil && ctx.Err() != nil {
 			return backoff.Permanent(ctx.Err())
 		}

@@ -630,6 +630,10 @@ func (s *Store) writeCheckpoint(ctx context.Context, seq uint64) error {
 	if err != nil {
 		return err
 	}
+	// Bounded as every write is: an answer lost in a failover must end
+	// the term, not hold it up to the caller's deadline.
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
 	rev, err := s.kv.Update(ctx, subjects.CheckpointKey, data, s.revs[subjects.CheckpointKey])
 	if err != nil {
 		return fmt.Errorf("write %s %d: %w", subjects.CheckpointKey, seq, mapConflict(err))
@@ -923,6 +927,12 @@ func (l *Lease) Holder(ctx context.Context) (string, error) {
 // Renew extends the lease by its TTL. It fails with scheduler.ErrLeaseLost
 // when the key moved on: the lease lapsed and another holder took it.
 func (l *Lease) Renew(ctx context.Context) error {
+	// A renewal that outlasts the lease is no use, and one whose request or
+	// answer was lost (a stream leader killed mid-request) would otherwise
+	// wait for the caller's deadline, however far off, while the lease
+	// lapses and the leader answers nothing.
+	ctx, cancel := context.WithTimeout(ctx, min(l.ttl, tryTimeoutMax))
+	defer cancel()
 	m := nats.NewMsg(subjects.KVSubject(l.kv.Bucket(), subjects.LeaderKey))
 	m.Data = l.value()
 	ack, err := l.js.PublishMsg(ctx, m, jetstream.WithMsgTTL(l.ttl), jetstream.WithExpectLastSequencePerSubject(l.rev))

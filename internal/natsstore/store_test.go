@@ -392,3 +392,41 @@ func TestLeaseRepairsAKeyNoSchedulerWrote(t *testing.T) {
 		}
 	})
 }
+
+// TestWritesGiveUpBeforeTheCallersDeadline: a lease renewal and a
+// checkpoint whose server is away (or whose answer a failover lost) end
+// with an error of their own, within the lease's TTL and the write
+// timeout, not when the caller's far-off deadline does. A leader that
+// waited on the caller's deadline led nothing meanwhile: its lease lapsed
+// while it answered no command (seen in TestDeployClusterConfig with a
+// 120s test deadline).
+func TestWritesGiveUpBeforeTheCallersDeadline(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	_, js := srv.JetStream(t)
+	ctx := context.Background()
+	if err := natsbus.Setup(ctx, js, subjects.Default, natsbus.SetupConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, subjects.Default.LedgerBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := natsstore.NewLease(js, kv, "one", time.Second)
+	if err := l.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	store := natsstore.New(js, kv)
+	if _, err := store.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	far, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := l.Renew(far); err == nil || far.Err() != nil {
+		t.Errorf("renew with the server away = %v, caller's context %v; want an error of its own while the caller's deadline is still far", err, far.Err())
+	}
+	if err := store.Checkpoint(far, 1); err == nil || far.Err() != nil {
+		t.Errorf("checkpoint with the server away = %v, caller's context %v; want an error of its own while the caller's deadline is still far", err, far.Err())
+	}
+}
