@@ -191,7 +191,11 @@ func (b *WorkerBus) Report(ctx context.Context, r ledger.Report) error {
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 50*time.Millisecond, 5*time.Second, 0
 	return backoff.RetryNotify(func() error {
-		_, err := b.js.PublishMsg(ctx, natsMsg(msg), jetstream.WithExpectStream(b.n.CmdStream()))
+		// Each try waits a bounded time: an answer lost in a failover is
+		// tried again, not waited on until ctx's deadline.
+		tctx, cancel := context.WithTimeout(ctx, tryTimeout)
+		defer cancel()
+		_, err := b.js.PublishMsg(tctx, natsMsg(msg), jetstream.WithExpectStream(b.n.CmdStream()))
 		if err != nil && ctx.Err() != nil {
 			return backoff.Permanent(ctx.Err())
 		}
@@ -224,9 +228,16 @@ func (b *WorkerBus) Beat(ctx context.Context, h wire.Heartbeat, ttl time.Duratio
 	}
 	m := nats.NewMsg(subjects.KVSubject(b.n.HostsBucket(), subjects.HostKey(b.host)))
 	m.Data = data
+	// A beat that outlasts the TTL it renews is no use; one whose answer
+	// was lost must not hold up the next.
+	ctx, cancel := context.WithTimeout(ctx, min(ttl, tryTimeout))
+	defer cancel()
 	_, err = b.js.PublishMsg(ctx, m, jetstream.WithMsgTTL(ttl))
 	return err
 }
+
+// tryTimeout bounds one publish try of a report or a heartbeat.
+const tryTimeout = 5 * time.Second
 
 // Installation names the dispatch stream and when it was created, so a
 // worker's record of started attempts is not carried over to streams set up

@@ -311,3 +311,24 @@ func TestWorkerStartedBeforeTheServer(t *testing.T) {
 		t.Errorf("the heartbeat after the stop: %v, want it removed", err)
 	}
 }
+
+// TestBeatGivesUpWithinItsTTL: a heartbeat whose server is away (or whose
+// answer a failover lost) ends with an error of its own within the TTL it
+// renews, not at the caller's far-off deadline, so the next beat is not
+// held up behind it.
+func TestBeatGivesUpWithinItsTTL(t *testing.T) {
+	t.Parallel()
+	ns := natstest.Start(t)
+	_, js := ns.JetStream(t)
+	wb := newWorkerBus(t, js)
+	ctx := context.Background()
+	if err := wb.Beat(ctx, wire.Heartbeat{Host: "h1"}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ns.Stop()
+	far, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := wb.Beat(far, wire.Heartbeat{Host: "h1"}, time.Second); err == nil || far.Err() != nil {
+		t.Errorf("beat with the server away = %v, caller's context %v; want an error of its own while the caller's deadline is still far", err, far.Err())
+	}
+}
