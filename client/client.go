@@ -85,6 +85,11 @@ type Client struct {
 	// facts is the facts bucket, once Explain has opened it (explain.go);
 	// guarded by mu.
 	facts jetstream.KeyValue
+
+	// answers holds the followers of the events stream that calls share to
+	// wait for their commands' answers, by filter (answers.go); guarded by
+	// mu.
+	answers map[string]*answers
 }
 
 // Option configures a [Client].
@@ -267,33 +272,40 @@ func (c *Client) Pricing(ctx context.Context) (*ledger.Pricing, error) {
 // the answer cannot slip past; when the server recognises a duplicate, the
 // answer was given before and is read from the stream's start.
 func (c *Client) ask(ctx context.Context, msg wire.Message, filter string, subjs ...string) (uint64, string, []byte, error) {
-	live, err := c.open(ctx, filter, jetstream.DeliverNewPolicy)
+	live, err := c.answersFor(ctx, filter)
 	if err != nil {
 		return 0, "", nil, err
 	}
-	defer live.Stop()
+	defer c.release(live)
+	t := live.take(subjs)
 	seq, dup, err := c.publish(ctx, msg)
+	if err != nil || dup {
+		_, _ = live.wait(ctx, t, 0) // gives the ticket back; nothing to wait for
+	}
 	if err != nil {
 		return 0, "", nil, err
 	}
-	it := live
+	var subject string
+	var data []byte
 	if dup {
+		// The answer was given before: read it from the stream's start.
 		past, err := c.open(ctx, filter, jetstream.DeliverAllPolicy)
 		if err != nil {
 			return 0, "", nil, err
 		}
 		defer past.Stop()
-		it = past
+		err = c.each(ctx, past, filter, func(m jetstream.Msg) (bool, error) {
+			if eventSeq(m.Data()) != seq || !slices.Contains(subjs, m.Subject()) {
+				return false, nil
+			}
+			subject, data = m.Subject(), m.Data()
+			return true, nil
+		})
+	} else {
+		var ev answer
+		ev, err = live.wait(ctx, t, seq)
+		subject, data = ev.subject, ev.data
 	}
-	var subject string
-	var data []byte
-	err = c.each(ctx, it, filter, func(m jetstream.Msg) (bool, error) {
-		if eventSeq(m.Data()) != seq || !slices.Contains(subjs, m.Subject()) {
-			return false, nil
-		}
-		subject, data = m.Subject(), m.Data()
-		return true, nil
-	})
 	if errors.Is(err, context.DeadlineExceeded) {
 		return seq, "", nil, fmt.Errorf("command %d: %w within the wait; it is in the log and will be applied when a scheduler runs", seq, ErrNoAnswer)
 	}
@@ -330,7 +342,7 @@ func ConsumerName() string { return "c" + rand.Text() }
 // configuration's permissions check).
 func (c *Client) open(ctx context.Context, filter string, from jetstream.DeliverPolicy) (jetstream.MessagesContext, error) {
 	cons, err := c.js.OrderedConsumer(ctx, c.n.EventsStream(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter}, DeliverPolicy: from, NamePrefix: ConsumerName()})
+		FilterSubjects: []string{filter}, DeliverPolicy: from, NamePrefix: ConsumerName(), InactiveThreshold: answersThreshold})
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", filter, err)
 	}

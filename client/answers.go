@@ -1,0 +1,232 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// answers is one ordered consumer of the events stream on one filter,
+// shared by every call of a client that waits for the answer to a command
+// under that filter. A consumer per call cost a JetStream API request each
+// and stayed on the server for its inactivity threshold after the call, and
+// nats-server allows 1,000 consumers per stream by default: a pipeline
+// submitting a thousand jobs within minutes was refused ("maximum consumers
+// limit reached").
+//
+// A call takes a ticket before it publishes; the follower, which delivers
+// every event stored after it started, keeps the events that arrive while
+// some ticket does not know its command's sequence yet, and the ticket
+// looks back through them once it does. So no answer slips between the
+// publish and the wait, and the follower keeps no events while nobody is
+// between the two.
+type answers struct {
+	filter string
+	it     jetstream.MessagesContext
+
+	mu      sync.Mutex
+	users   int
+	idle    *time.Timer
+	err     error // set once the follower has failed; it takes no new users
+	done    chan struct{}
+	base    int       // index of kept[0] in the follower's sequence of events
+	kept    []answer  // events since the oldest unresolved ticket began
+	open    []*ticket // tickets whose command's sequence is not known yet
+	waiting map[uint64][]*ticket
+}
+
+// answer is one event the follower delivered: its subject, body and the
+// sequence of the command that caused it.
+type answer struct {
+	seq     uint64
+	subject string
+	data    []byte
+}
+
+// ticket is one call's wait for its answer.
+type ticket struct {
+	start int // the follower's event index when the ticket was taken
+	subjs []string
+	got   chan answer
+}
+
+// answersIdle is how long a follower nobody uses is kept, so a steady
+// stream of calls reuses one consumer.
+const answersIdle = 30 * time.Second
+
+// answersThreshold is the inactivity threshold of a follower's consumer
+// and of every other consumer the client opens: once the client stops
+// pulling, the server removes the consumer after it.
+const answersThreshold = 10 * time.Second
+
+// answersFor returns the client's follower of filter, started if there is
+// none, counted as used until release.
+func (c *Client) answersFor(ctx context.Context, filter string) (*answers, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if a := c.answers[filter]; a != nil {
+		a.mu.Lock()
+		ok := a.err == nil
+		if ok {
+			a.users++
+			if a.idle != nil {
+				a.idle.Stop()
+				a.idle = nil
+			}
+		}
+		a.mu.Unlock()
+		if ok {
+			return a, nil
+		}
+		delete(c.answers, filter)
+	}
+	it, err := c.open(ctx, filter, jetstream.DeliverNewPolicy)
+	if err != nil {
+		return nil, err
+	}
+	a := &answers{filter: filter, it: it, users: 1, done: make(chan struct{}), waiting: map[uint64][]*ticket{}}
+	if c.answers == nil {
+		c.answers = map[string]*answers{}
+	}
+	c.answers[filter] = a
+	go a.follow()
+	return a, nil
+}
+
+// release ends one use of a; the last user's release stops it after
+// answersIdle unless another call takes it up meanwhile.
+func (c *Client) release(a *answers) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.users--
+	if a.users > 0 || a.err != nil {
+		return
+	}
+	a.idle = time.AfterFunc(answersIdle, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		a.mu.Lock()
+		idle := a.users == 0 && a.err == nil
+		if idle {
+			a.err = errors.New("stopped while idle")
+		}
+		a.mu.Unlock()
+		if idle {
+			if c.answers[a.filter] == a {
+				delete(c.answers, a.filter)
+			}
+			a.it.Stop()
+		}
+	})
+}
+
+// follow delivers the consumer's events to the tickets until it fails or
+// is stopped.
+func (a *answers) follow() {
+	defer close(a.done)
+	for {
+		m, err := a.it.Next()
+		if err != nil {
+			a.mu.Lock()
+			if a.err == nil {
+				a.err = fmt.Errorf("read %s: %w", a.filter, err)
+			}
+			a.mu.Unlock()
+			return
+		}
+		ev := answer{seq: eventSeq(m.Data()), subject: m.Subject(), data: m.Data()}
+		a.mu.Lock()
+		if len(a.open) > 0 {
+			a.kept = append(a.kept, ev)
+		} else {
+			a.base++
+		}
+		for _, t := range a.waiting[ev.seq] {
+			t.deliver(ev)
+		}
+		a.mu.Unlock()
+	}
+}
+
+// deliver hands ev to t if it is an answer t waits for and t has none yet.
+func (t *ticket) deliver(ev answer) {
+	if !slices.Contains(t.subjs, ev.subject) {
+		return
+	}
+	select {
+	case t.got <- ev:
+	default:
+	}
+}
+
+// take returns a ticket for an answer on one of subjs, to be taken before
+// the command is published.
+func (a *answers) take(subjs []string) *ticket {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t := &ticket{start: a.base + len(a.kept), subjs: subjs, got: make(chan answer, 1)}
+	a.open = append(a.open, t)
+	return t
+}
+
+// wait waits for t's answer to the command at seq (0: the command was not
+// published, and the ticket is only given back) until ctx ends or the
+// follower fails.
+func (a *answers) wait(ctx context.Context, t *ticket, seq uint64) (answer, error) {
+	a.mu.Lock()
+	if seq == 0 {
+		a.resolve(t)
+		a.mu.Unlock()
+		return answer{}, nil
+	}
+	for _, ev := range a.kept[max(t.start-a.base, 0):] {
+		if ev.seq == seq {
+			t.deliver(ev)
+		}
+	}
+	a.waiting[seq] = append(a.waiting[seq], t)
+	a.resolve(t)
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.waiting[seq] = slices.DeleteFunc(a.waiting[seq], func(w *ticket) bool { return w == t })
+		if len(a.waiting[seq]) == 0 {
+			delete(a.waiting, seq)
+		}
+	}()
+	select {
+	case ev := <-t.got:
+		return ev, nil
+	case <-ctx.Done():
+		return answer{}, ctx.Err()
+	case <-a.done:
+		select {
+		case ev := <-t.got:
+			return ev, nil
+		default:
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return answer{}, a.err
+	}
+}
+
+// resolve takes t off the open tickets and drops the kept events that no
+// open ticket can still look back to. Called with a.mu held.
+func (a *answers) resolve(t *ticket) {
+	a.open = slices.DeleteFunc(a.open, func(o *ticket) bool { return o == t })
+	keepFrom := a.base + len(a.kept)
+	for _, o := range a.open {
+		keepFrom = min(keepFrom, o.start)
+	}
+	if drop := keepFrom - a.base; drop > 0 {
+		a.kept = slices.Delete(a.kept, 0, drop)
+		a.base = keepFrom
+	}
+}
