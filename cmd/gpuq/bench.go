@@ -132,6 +132,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	}
 	p := newProgress(e.stderr)
 	cfg.Progress = p.line
+	cfg.AnswerTimeout = e.conn.timeout
 	res, err := bench.Run(ctx, nc, cl, cfg)
 	p.done()
 	if err != nil {

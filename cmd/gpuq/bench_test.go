@@ -132,6 +132,20 @@ func TestBenchInstallation(t *testing.T) {
 	if err := names.Err(); err != nil {
 		t.Fatal(err)
 	}
+	// One consumer follows the bench's jobs, not one per command: a
+	// consumer outlives its reader by minutes, and the server allows a
+	// stream 1,000 by default.
+	info, err := js.Stream(context.Background(), "GPUQ_EVENTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := info.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State.Consumers > 10 {
+		t.Errorf("the events stream has %d consumers after a bench of %d jobs", st.State.Consumers, 3+2*30)
+	}
 }
 
 // TestBenchFlags: a connection flag without --nats or --context, and

@@ -75,6 +75,9 @@ type Config struct {
 	Account string
 	// Command is what each job runs (default: true).
 	Command []string
+	// AnswerTimeout bounds the wait for the scheduler's answer to each
+	// command (default 30s).
+	AnswerTimeout time.Duration
 	// PhaseTimeout bounds the wait for one phase's jobs to settle (default
 	// 10 minutes).
 	PhaseTimeout time.Duration
@@ -104,6 +107,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PhaseTimeout <= 0 {
 		c.PhaseTimeout = 10 * time.Minute
+	}
+	if c.AnswerTimeout <= 0 {
+		c.AnswerTimeout = 30 * time.Second
 	}
 	if c.Progress == nil {
 		c.Progress = func(string) {}
@@ -188,7 +194,8 @@ func Run(ctx context.Context, nc *nats.Conn, c *client.Client, cfg Config) (*Res
 	}
 	tag := randHex(4)
 	b := &run{cfg: cfg, c: c, js: js, n: c.Names(), tag: "gb" + tag, account: cfg.Account,
-		jobs: map[string]*job{}, changed: make(chan struct{}, 1)}
+		jobs: map[string]*job{}, changed: make(chan struct{}, 1),
+		waiting: map[akey]chan answer{}, early: map[akey]answer{}, answered: map[akey]bool{}}
 	total := cfg.Warmup + cfg.Probes + 2*cfg.Jobs // each job costs 1
 	if b.account == "" {
 		b.account, b.created = AccountPrefix+tag, true
@@ -287,11 +294,16 @@ type run struct {
 
 	mu   sync.Mutex
 	jobs map[string]*job
+	// waiting are the commands waiting for their answers, early the
+	// answers that came before their command's ack, answered the answers
+	// given (any later event of the same key is not one).
+	waiting  map[akey]chan answer
+	early    map[akey]answer
+	answered map[akey]bool
 	// changed is signalled (without blocking) when a job settles.
 	changed    chan struct{}
 	followErr  error
 	stopFollow func()
-	gate       string // the backlog's gate job, while it waits
 }
 
 // job is what the bench knows of one of its jobs. Times are this
@@ -312,12 +324,12 @@ func (b *run) ids(phase string, n int) []string {
 	return ids
 }
 
-// follow starts the one follower of the account's job events. Its
-// consumer delivers what is published from now on, and it exists once
-// Messages returns (as client.Submit relies on), before the first job is
+// follow starts the one follower of the account's events. Its consumer
+// delivers what is published from now on, and it exists once Messages
+// returns (as client.Submit relies on), before the first job is
 // submitted: no event of the bench's jobs can slip past.
 func (b *run) follow(ctx context.Context) error {
-	filter := b.n.JobEvents(b.account)
+	filter := b.n.AccountEvents(b.account)
 	cons, err := b.js.OrderedConsumer(ctx, b.n.EventsStream(), jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{filter}, NamePrefix: client.ConsumerName(), DeliverPolicy: jetstream.DeliverNewPolicy})
 	if err != nil {
@@ -335,6 +347,7 @@ func (b *run) follow(ctx context.Context) error {
 			<-done
 		})
 	}
+	invalid, accountEv := b.n.InvalidEvent(b.account), b.n.AccountEvent(b.account)
 	go func() {
 		defer close(done)
 		for {
@@ -344,6 +357,18 @@ func (b *run) follow(ctx context.Context) error {
 					b.fail(fmt.Errorf("follow %s: %w", filter, err))
 				}
 				return
+			}
+			switch m.Subject() {
+			case accountEv:
+				continue
+			case invalid:
+				ev, err := wire.DecodeInvalidEvent(m.Data())
+				if err != nil {
+					b.fail(fmt.Errorf("event on %s: %w", m.Subject(), err))
+					return
+				}
+				b.answer(akey{ev.Seq, ev.Job}, answer{invalid: &ev})
+				continue
 			}
 			ev, err := wire.DecodeJobEvent(m.Data())
 			if err != nil {
@@ -372,14 +397,47 @@ func (b *run) signal() {
 	}
 }
 
-// event records what ev says about a job of the bench.
-func (b *run) event(ev wire.JobEvent, at time.Time) {
+// answer is the scheduler's answer to one command of the bench: the first
+// event the command caused (its seq is the command's), or its rejection as
+// invalid.
+type answer struct {
+	job     wire.JobEvent
+	invalid *wire.InvalidEvent
+}
+
+// akey names the answer to a command: the command's seq and the job it
+// is about (one command, such as the cancel of the backlog's gate, may
+// cause events of many jobs).
+type akey struct {
+	seq uint64
+	job string
+}
+
+// answer hands a to the command waiting for k, or keeps it until the
+// command's publisher asks for it (an answer may come before the publish's
+// ack). Only the first event of k is an answer.
+func (b *run) answer(k akey, a answer) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if ch, ok := b.waiting[k]; ok {
+		delete(b.waiting, k)
+		b.answered[k] = true
+		ch <- a
+		return
+	}
+	if _, dup := b.early[k]; !dup && !b.answered[k] {
+		b.early[k] = a
+	}
+}
+
+// event records what ev says about a job of the bench, and hands it to
+// the command that caused it as its answer if it is waiting for one.
+func (b *run) event(ev wire.JobEvent, at time.Time) {
+	b.mu.Lock()
 	j := b.jobs[ev.Job]
 	if j == nil {
-		// An event can come before Submit returns, never before it was
-		// called: submit records the job first.
+		// An event can come before the answer, never before the command
+		// was sent: submit records the job first.
 		j = &job{}
 		b.jobs[ev.Job] = j
 	}
@@ -390,6 +448,61 @@ func (b *run) event(ev wire.JobEvent, at time.Time) {
 		j.settled, j.final = at, ev.Type
 		b.signal()
 	}
+	b.mu.Unlock()
+	b.answer(akey{ev.Seq, ev.Job}, answer{job: ev})
+}
+
+// command publishes msg, a command about job, to the command log, and
+// waits for the scheduler's answer through the follower: what
+// client.Submit does, without a consumer of its own for each call (see
+// the package doc).
+func (b *run) command(ctx context.Context, msg wire.Message, job string) (answer, error) {
+	msg = wire.WithNonce(msg, randHex(12))
+	m := nats.NewMsg(msg.Subject)
+	m.Data = msg.Data
+	m.Header.Set(subjects.MsgIDHeader, msg.MsgID)
+	ack, err := b.js.PublishMsg(ctx, m, jetstream.WithExpectStream(b.n.CmdStream()))
+	if err != nil {
+		return answer{}, fmt.Errorf("publish to %s: %w", msg.Subject, err)
+	}
+	k := akey{ack.Sequence, job}
+	ch := make(chan answer, 1)
+	b.mu.Lock()
+	if a, ok := b.early[k]; ok {
+		delete(b.early, k)
+		b.answered[k] = true
+		b.mu.Unlock()
+		return a, nil
+	}
+	b.waiting[k] = ch
+	b.mu.Unlock()
+	wctx, cancel := context.WithTimeout(ctx, b.cfg.AnswerTimeout)
+	defer cancel()
+	select {
+	case a := <-ch:
+		return a, nil
+	case <-wctx.Done():
+		b.mu.Lock()
+		delete(b.waiting, k)
+		b.mu.Unlock()
+		if ctx.Err() != nil {
+			return answer{}, ctx.Err()
+		}
+		return answer{}, fmt.Errorf("command %d: no answer from the scheduler within %v: %w", ack.Sequence, b.cfg.AnswerTimeout, client.ErrNoAnswer)
+	}
+}
+
+// jobCommand sends msg, a command about a job, and returns its answer; an
+// invalid command is an error.
+func (b *run) jobCommand(ctx context.Context, msg wire.Message, job string) (wire.JobEvent, error) {
+	a, err := b.command(ctx, msg, job)
+	if err != nil {
+		return wire.JobEvent{}, err
+	}
+	if a.invalid != nil {
+		return wire.JobEvent{}, fmt.Errorf("rejected (%s): %s", a.invalid.Reason, a.invalid.Message)
+	}
+	return a.job, nil
 }
 
 // submitAll submits the jobs ids from the configured number of concurrent
@@ -411,7 +524,7 @@ func (b *run) submitAll(ctx context.Context, ids []string, afterAny []string) (f
 				if i >= len(ids) || ctx.Err() != nil {
 					return
 				}
-				if err := b.submit(ctx, ids[i], afterAny); err != nil {
+				if err := b.submit(ctx, ledger.Submit{ID: ids[i], Cost: 1, AfterAny: afterAny, Name: "gpuq bench"}, ledger.EventAccepted); err != nil {
 					errs <- err
 					cancel()
 					return
@@ -425,33 +538,50 @@ func (b *run) submitAll(ctx context.Context, ids []string, afterAny []string) (f
 	return first, last, <-errs
 }
 
-// submit submits job id, costing 1 credit, and records when.
-func (b *run) submit(ctx context.Context, id string, afterAny []string) error {
+// submit submits s, a job of the bench's account on 1 GPU that runs the
+// bench's command, records when, and checks that the answer is want.
+func (b *run) submit(ctx context.Context, s ledger.Submit, want ledger.EventType) error {
+	s.Account, s.GPUs, s.Command = b.account, 1, b.cfg.Command
+	msg, err := wire.EncodeSubmit(b.n, s)
+	if err != nil {
+		return fmt.Errorf("submit %s: %w", s.ID, err)
+	}
 	b.mu.Lock()
-	j := b.jobs[id]
+	j := b.jobs[s.ID]
 	if j == nil {
 		j = &job{}
-		b.jobs[id] = j
+		b.jobs[s.ID] = j
 	}
 	j.submitted = time.Now()
 	b.mu.Unlock()
-	ev, err := b.c.Submit(ctx, ledger.Submit{Account: b.account, ID: id, GPUs: 1, Cost: 1,
-		Command: b.cfg.Command, AfterAny: afterAny, Name: "gpuq bench"})
-	var rej *client.RejectedError
-	if err != nil && !errors.As(err, &rej) && ctx.Err() == nil {
+	ev, err := b.jobCommand(ctx, msg, s.ID)
+	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("submit %s: %w (may this connection submit jobs of account %s? where each tenant is a "+
-			"NATS account of its own (deploy/), only the tenant may: run the bench as one, with --account)", id, err, b.account)
+			"NATS account of its own (deploy/), only the tenant may: run the bench as one, with --account)", s.ID, err, b.account)
 	}
 	if err != nil {
-		return fmt.Errorf("submit %s: %w", id, err)
+		return fmt.Errorf("submit %s: %w", s.ID, err)
 	}
 	b.mu.Lock()
 	j.answered = time.Now()
 	b.mu.Unlock()
-	if ev.Type != ledger.EventAccepted {
-		return fmt.Errorf("submit %s: %s (%s), want accepted", id, ev.Type, ev.Message)
+	if ev.Type != want {
+		return fmt.Errorf("submit %s: %s (%s: %s), want %s", s.ID, ev.Type, ev.Reason, ev.Message, want)
 	}
 	return nil
+}
+
+// cancel cancels job id of the bench and returns the answer.
+func (b *run) cancel(ctx context.Context, id string) (wire.JobEvent, error) {
+	msg, err := wire.EncodeCancel(b.n, ledger.Cancel{Account: b.account, Job: id})
+	if err != nil {
+		return wire.JobEvent{}, fmt.Errorf("cancel %s: %w", id, err)
+	}
+	ev, err := b.jobCommand(ctx, msg, id)
+	if err != nil {
+		return ev, fmt.Errorf("cancel %s: %w", id, err)
+	}
+	return ev, nil
 }
 
 // waitSettled waits until every job of ids has settled; it fails on the
@@ -518,7 +648,7 @@ func (b *run) idle(ctx context.Context) (*Idle, error) {
 	ids := b.ids("i", cfg.Probes)
 	for i, id := range ids {
 		cfg.Progress(fmt.Sprintf("idle: probe %d of %d", i+1, len(ids)))
-		if err := b.submit(ctx, id, nil); err != nil {
+		if err := b.submit(ctx, ledger.Submit{ID: id, Cost: 1, Name: "gpuq bench"}, ledger.EventAccepted); err != nil {
 			return nil, fmt.Errorf("idle: %w", err)
 		}
 		if err := b.waitSettled(ctx, "idle", ids[i:i+1]); err != nil {
@@ -571,17 +701,9 @@ func (b *run) backlog(ctx context.Context) (*Backlog, error) {
 	// credits (Hold) rather than rejected: it never runs, so every job
 	// after it (afterany) waits, reserved and pending, until it is
 	// cancelled.
-	ev, err := b.c.Submit(ctx, ledger.Submit{Account: b.account, ID: gate, GPUs: 1, Cost: ledger.MaxCredits, Hold: true,
-		Command: b.cfg.Command, Name: "gpuq bench gate"})
-	if err != nil {
-		return nil, fmt.Errorf("backlog: submit the gate %s: %w", gate, err)
+	if err := b.submit(ctx, ledger.Submit{ID: gate, Cost: ledger.MaxCredits, Hold: true, Name: "gpuq bench gate"}, ledger.EventHeld); err != nil {
+		return nil, fmt.Errorf("backlog: the gate: %w", err)
 	}
-	if ev.Type != ledger.EventHeld {
-		return nil, fmt.Errorf("backlog: the gate %s was %s (%s), want held", gate, ev.Type, ev.Message)
-	}
-	b.mu.Lock()
-	b.gate = gate
-	b.mu.Unlock()
 	ids := b.ids("b", cfg.Jobs)
 	first, last, err := b.submitAll(ctx, ids, []string{gate})
 	if err != nil {
@@ -597,12 +719,11 @@ func (b *run) backlog(ctx context.Context) (*Backlog, error) {
 	b.mu.Unlock()
 	cfg.Progress(fmt.Sprintf("backlog: draining %d jobs", cfg.Jobs))
 	t0 := time.Now()
-	if _, err := b.c.Cancel(ctx, b.account, gate); err != nil {
-		return nil, fmt.Errorf("backlog: cancel the gate %s: %w", gate, err)
+	if ev, err := b.cancel(ctx, gate); err != nil {
+		return nil, fmt.Errorf("backlog: %w", err)
+	} else if ev.Type != ledger.EventCancelled {
+		return nil, fmt.Errorf("backlog: cancel the gate %s: %s (%s), want cancelled", gate, ev.Type, ev.Message)
 	}
-	b.mu.Lock()
-	b.gate = ""
-	b.mu.Unlock()
 	if err := b.waitSettled(ctx, "backlog", ids); err != nil {
 		return nil, err
 	}
@@ -679,7 +800,7 @@ func (b *run) cleanup() string {
 			go func() {
 				defer wg.Done()
 				for i := int(next.Add(1)) - 1; i < len(open); i = int(next.Add(1)) - 1 {
-					ev, err := b.c.Cancel(ctx, b.account, open[i])
+					ev, err := b.cancel(ctx, open[i])
 					if err != nil {
 						pmu.Lock()
 						problems = append(problems, fmt.Sprintf("cancel %s: %v", open[i], err))
