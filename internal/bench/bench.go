@@ -26,6 +26,15 @@
 // polling. At the end it cancels whatever of its jobs has not ended, takes
 // the remaining credits of an account it created back (gpuq has no way to
 // delete an account) and deletes its scratch stream and bucket.
+//
+// Its job commands (submit, cancel) go over the wire the way
+// [client.Client.Submit] sends them (wire.EncodeSubmit, a message id with
+// a nonce, a publish to the command stream), and their answers come
+// through the same one follower. client.Submit instead opens an ordered
+// consumer for each call, which the server keeps for 5 minutes after the
+// call (nats.go's InactiveThreshold); nats-server allows a stream 1,000
+// consumers by default, so the thousands of submissions of one bench
+// through it would be refused.
 package bench
 
 import (
