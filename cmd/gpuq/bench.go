@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -32,6 +33,7 @@ func init() {
   gpuq bench --nats tls://nats.example.com:4222 --creds admin.creds --inbox-prefix _INBOX_admin
   gpuq bench --context prod --jobs 20000
   gpuq bench --context vision --account vision --jobs 500   # as a tenant, in its own account
+  gpuq bench --jobs 2000 --cpu-profile bench.pprof && go tool pprof -top bench.pprof
 
 Without --nats or --context it starts everything in this process, on
 loopback and in a temporary directory: NATS, a scheduler and one worker
@@ -74,6 +76,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&cfg.JSOps, "js-ops", 50000, "async publishes, and KV updates, that measure the JetStream limit")
 	fs.DurationVar(&cfg.PhaseTimeout, "phase-timeout", 10*time.Minute, "how long one phase's jobs may take to settle")
 	fs.StringVar(&cfg.Account, "account", "", "run the jobs in this existing account (one these credentials may submit to) instead of creating gpuq-bench-<random>")
+	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of this process to FILE (go tool pprof): of the embedded NATS, scheduler and worker too")
 	gpus := fs.Int("gpus", 8, "simulated GPUs of the embedded worker (without --nats or --context)")
 	if err := e.parseNoArgs(c, fs, args); err != nil {
 		return err
@@ -129,6 +132,13 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	cl, err := client.New(nc, client.WithPrefix(n.Prefix()), client.WithTimeout(e.conn.timeout))
 	if err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	p := newProgress(e.stderr)
 	cfg.Progress = p.line
@@ -192,6 +202,25 @@ func printBench(w io.Writer, where string, r *bench.Result) error {
 		t.row("jetstream", "skipped", r.JSSkipped)
 	}
 	return t.flush()
+}
+
+// startCPUProfile profiles this process into path until the returned
+// function is called.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close() // the profile's error is the one to report
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "gpuq bench: --cpu-profile %s: %v\n", path, err)
+		}
+	}, nil
 }
 
 // progress writes the bench's progress line to stderr: one line rewritten

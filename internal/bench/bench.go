@@ -204,7 +204,8 @@ func Run(ctx context.Context, nc *nats.Conn, c *client.Client, cfg Config) (*Res
 	tag := randHex(4)
 	b := &run{cfg: cfg, c: c, js: js, n: c.Names(), tag: "gb" + tag, account: cfg.Account,
 		jobs: map[string]*job{}, changed: make(chan struct{}, 1),
-		waiting: map[akey]chan answer{}, early: map[akey]answer{}, answered: map[akey]bool{}}
+		waiting: map[akey]chan answer{}, early: map[akey]answer{}, answered: map[akey]bool{},
+		settledN: map[string]int{}, failed: map[string]string{}}
 	total := cfg.Warmup + cfg.Probes + 2*cfg.Jobs // each job costs 1
 	if b.account == "" {
 		b.account, b.created = AccountPrefix+tag, true
@@ -309,6 +310,10 @@ type run struct {
 	waiting  map[akey]chan answer
 	early    map[akey]answer
 	answered map[akey]bool
+	// settledN counts the settled jobs of each phase (phaseOf), failed
+	// names the first of each that did not succeed.
+	settledN map[string]int
+	failed   map[string]string
 	// changed is signalled (without blocking) when a job settles.
 	changed    chan struct{}
 	followErr  error
@@ -455,6 +460,11 @@ func (b *run) event(ev wire.JobEvent, at time.Time) {
 		j.started = at
 	case client.Final(ev) && j.settled.IsZero():
 		j.settled, j.final = at, ev.Type
+		ph := phaseOf(ev.Job)
+		b.settledN[ph]++
+		if ev.Type != ledger.EventSucceeded && b.failed[ph] == "" {
+			b.failed[ph] = ev.Job
+		}
 		b.signal()
 	}
 	b.mu.Unlock()
@@ -593,43 +603,56 @@ func (b *run) cancel(ctx context.Context, id string) (wire.JobEvent, error) {
 	return ev, nil
 }
 
-// waitSettled waits until every job of ids has settled; it fails on the
-// first that did not succeed.
-func (b *run) waitSettled(ctx context.Context, phase string, ids []string) error {
+// waitSettled waits until every job of ids, all of one phase, has
+// settled; it fails on the first that did not succeed. It counts what the
+// follower counted (settled by phase), so a wait costs nothing per job.
+func (b *run) waitSettled(ctx context.Context, what string, ids []string) error {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.PhaseTimeout)
 	defer cancel()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	ph := phaseOf(ids[0])
+	// The jobs of ph that settled before these were submitted (the idle
+	// probes wait one at a time).
+	b.mu.Lock()
+	before := b.settledN[ph]
+	for _, id := range ids {
+		if j := b.jobs[id]; j != nil && !j.settled.IsZero() {
+			before--
+		}
+	}
+	b.mu.Unlock()
 	for {
 		b.mu.Lock()
-		n, err := 0, b.followErr
-		for _, id := range ids {
-			j := b.jobs[id]
-			if j == nil || j.settled.IsZero() {
-				continue
-			}
-			if j.final != ledger.EventSucceeded && err == nil {
-				err = fmt.Errorf("%s: job %s ended %s, want succeeded (see gpuq job %s)", phase, id, j.final, id)
-			}
-			n++
+		n, err := b.settledN[ph]-before, b.followErr
+		if id := b.failed[ph]; id != "" && err == nil {
+			err = fmt.Errorf("%s: job %s ended %s, want succeeded (see gpuq job %s)", what, id, b.jobs[id].final, id)
 		}
 		b.mu.Unlock()
 		if err != nil {
 			return err
 		}
-		if n == len(ids) {
+		if n >= len(ids) {
 			return nil
 		}
 		select {
 		case <-b.changed:
 		case <-tick.C:
 			if len(ids) > 1 {
-				b.cfg.Progress(fmt.Sprintf("%s: %d of %d jobs settled", phase, n, len(ids)))
+				b.cfg.Progress(fmt.Sprintf("%s: %d of %d jobs settled", what, n, len(ids)))
 			}
 		case <-ctx.Done():
-			return fmt.Errorf("%s: %d of %d jobs settled within %v: %w", phase, n, len(ids), b.cfg.PhaseTimeout, ctx.Err())
+			return fmt.Errorf("%s: %d of %d jobs settled within %v: %w", what, n, len(ids), b.cfg.PhaseTimeout, ctx.Err())
 		}
 	}
+}
+
+// phaseOf is the phase of the bench's job id: <tag>-<phase>-<n>, or
+// <tag>-gate.
+func phaseOf(id string) string {
+	_, rest, _ := strings.Cut(id, "-")
+	ph, _, _ := strings.Cut(rest, "-")
+	return ph
 }
 
 // times returns submit → started and submit → settled of ids in ms, and
