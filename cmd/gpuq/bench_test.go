@@ -164,3 +164,27 @@ func TestBenchFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestPeerScript runs bench/peers/gpuq/bench.sh, the peer script, with few
+// jobs: it builds gpuq, and its last line is the bench's JSON.
+func TestPeerScript(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	root := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "../../bench/peers/gpuq/bench.sh", "--warmup", "0")
+	cmd.Env = append(os.Environ(), "GPUQ_ROOT="+root, "N=20", "PROBES=2", "JS_OPS=100", "TMPDIR="+t.TempDir())
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bench.sh: %v\n%s%s", err, out.String(), errb.String())
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	f := checkBenchJSON(t, lines[len(lines)-1]+"\n")
+	if f["peer"] != "gpuq" || f["jobs"] != float64(20) || f["succeeded"] != float64(2+2*20) {
+		t.Errorf("peer %v, jobs %v, succeeded %v", f["peer"], f["jobs"], f["succeeded"])
+	}
+}
