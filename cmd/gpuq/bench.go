@@ -26,7 +26,7 @@ import (
 func init() {
 	register(&command{
 		name:    "bench",
-		summary: "measure an installation: idle latency, end-to-end and drain jobs/s, submissions/s, the JetStream limit",
+		summary: "measure an installation: latencies, jobs/s, submissions/s and the JetStream limit",
 		usage:   "bench [--jobs N] [--probes N] [--submitters N] [--gpus N] [--js-ops N]\nbench --nats URL | --context NAME [--creds FILE | --nkey FILE] [--account A] [--jobs N] ...",
 		example: `  gpuq bench                                  # an embedded NATS, scheduler and worker (8 simulated GPUs)
   gpuq bench --jobs 500 --probes 10 --output json
@@ -47,7 +47,7 @@ account of its own, gpuq-bench-<random>, with just the credits its jobs
 cost (1 each), and its jobs run "true" on 1 GPU of your workers. At the end
 it cancels any job of its own still waiting, takes the account's remaining
 credits back (the account itself stays: gpuq deletes no account) and
-deletes its scratch stream and bucket (<prefix>_bench_*). Where each tenant
+deletes its scratch stream and bucket (GPUQ_BENCH_*, gpuq_bench_*). Where each tenant
 is a NATS account of its own (deploy/), only a tenant may submit its jobs:
 run the bench as one, with --account and an account nobody else uses
 meanwhile, holding the credits the jobs cost; there no user may create a

@@ -642,6 +642,9 @@ func (b *run) waitSettled(ctx context.Context, what string, ids []string) error 
 				b.cfg.Progress(fmt.Sprintf("%s: %d of %d jobs settled", what, n, len(ids)))
 			}
 		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return fmt.Errorf("%s: interrupted with %d of %d jobs settled: %w", what, n, len(ids), ctx.Err())
+			}
 			return fmt.Errorf("%s: %d of %d jobs settled within %v: %w", what, n, len(ids), b.cfg.PhaseTimeout, ctx.Err())
 		}
 	}
