@@ -468,7 +468,13 @@ func (b *run) event(ev wire.JobEvent, at time.Time) {
 		b.signal()
 	}
 	b.mu.Unlock()
-	b.answer(akey{ev.Seq, ev.Job}, answer{job: ev})
+	switch ev.Type {
+	case ledger.EventAccepted, ledger.EventHeld, ledger.EventRejected, ledger.EventIgnored,
+		ledger.EventCancelled, ledger.EventCancelRequested:
+		// What a submit or a cancel is answered with; the rest (dispatched,
+		// started, succeeded, ...) answers none of the bench's commands.
+		b.answer(akey{ev.Seq, ev.Job}, answer{job: ev})
+	}
 }
 
 // command publishes msg, a command about job, to the command log, and
