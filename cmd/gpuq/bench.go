@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -120,7 +121,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		defer s.close()
-		nc, n, where = s.nc, s.n, e.conn.url
+		nc, n, where = s.nc, s.n, redactURL(e.conn.url)
 	} else {
 		emb, err := startEmbedded(ctx, e, *gpus)
 		if err != nil {
@@ -159,7 +160,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		f["peer"] = "gpuq"
 		f["installation"] = "embedded"
 		if remote {
-			f["installation"] = e.conn.url
+			f["installation"] = where
 		} else {
 			f["simulated_gpus"] = *gpus
 		}
@@ -202,6 +203,23 @@ func printBench(w io.Writer, where string, r *bench.Result) error {
 		t.row("jetstream", "skipped", r.JSSkipped)
 	}
 	return t.flush()
+}
+
+// redactURL is a server URL (or a comma-separated list of them) without
+// the passwords or tokens it may carry.
+func redactURL(s string) string {
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err != nil || u.User == nil {
+			continue
+		}
+		if _, ok := u.User.Password(); !ok {
+			u.User = url.User("xxxxx") // a lone user part is a token: a secret
+		}
+		parts[i] = u.Redacted()
+	}
+	return strings.Join(parts, ",")
 }
 
 // startCPUProfile profiles this process into path until the returned

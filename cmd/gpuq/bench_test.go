@@ -188,3 +188,16 @@ func TestPeerScript(t *testing.T) {
 		t.Errorf("peer %v, jobs %v, succeeded %v", f["peer"], f["jobs"], f["succeeded"])
 	}
 }
+
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"nats://127.0.0.1:4222":             "nats://127.0.0.1:4222",
+		"nats://alice:secret@h:4222":        "nats://alice:xxxxx@h:4222",
+		"nats://a:s@h1:4222,nats://h2:4222": "nats://a:xxxxx@h1:4222,nats://h2:4222",
+		"tls://token@nats.example.com:4222": "tls://xxxxx@nats.example.com:4222",
+	} {
+		if got := redactURL(in); got != want {
+			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
