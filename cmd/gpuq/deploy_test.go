@@ -177,6 +177,23 @@ func TestDeployRolesRunCommands(t *testing.T) {
 	if out, code := gpuq("vision", "usage", "--account", "vision", "--timeout", "2s"); code == exitOK {
 		t.Errorf("vision ran gpuq usage: %s", out)
 	}
+	// gpuq bench creates an account of its own, which takes the admin's
+	// rights: a tenant is told so. The admin may not submit a tenant's
+	// jobs, nor may anyone but the scheduler make a stream: a tenant
+	// benches in its own account, and the JetStream phase is skipped.
+	if out, code := gpuq("vision", "bench", "--jobs", "4", "--probes", "1", "--timeout", "2s"); code == exitOK || !strings.Contains(out, "admin's credentials") {
+		t.Errorf("vision ran gpuq bench: exit %d: %s", code, out)
+	}
+	if out, code := gpuq("admin", "bench", "--jobs", "4", "--probes", "1", "--timeout", "2s"); code == exitOK || !strings.Contains(out, "with --account") {
+		t.Errorf("admin ran gpuq bench: exit %d: %s", code, out)
+	}
+	ok("admin", "account", "grant", "vision", "100")
+	bout := ok("vision", "bench", "--account", "vision", "--jobs", "6", "--probes", "2", "--warmup", "0", "--js-ops", "100", "--output", "json")
+	var bf map[string]any // the JSON line, then the progress lines (ok gives stdout and stderr)
+	if err := json.Unmarshal([]byte(strings.SplitN(bout, "\n", 2)[0]), &bf); err != nil ||
+		bf["account"] != "vision" || bf["account_created"] != false || bf["invariant_ok"] != true || bf["succeeded"] != float64(2+2*6) || bf["js_skipped"] == nil || bf["drain_jobs_per_s"] == nil {
+		t.Errorf("vision's gpuq bench --account vision: %v: %s", err, bout)
+	}
 	// Without its inbox prefix a role hears no answers.
 	var out, errb bytes.Buffer
 	if code := run([]string{"job", "cli-1", "--nats", url, "--nkey", seeds["vision"], "--timeout", "2s"}, &out, &errb); code == exitOK {

@@ -40,8 +40,46 @@ func checkJSONStyle(t *testing.T, what, out string) {
 			t.Errorf("%s: line %d is not one JSON document (%v): %.200s", what, i+1, err, line)
 			continue
 		}
+		if strings.HasPrefix(what, "gpuq bench ") {
+			v = unflatten(t, what, v)
+		}
 		walkJSON(t, what, "", v)
 	}
+}
+
+// unflatten turns gpuq bench's flat object, keyed by dotted paths
+// ("idle.start_ms_p50"), into the nested one it stands for, so that each
+// name of a path is held to the style; a key that is not such a path
+// fails.
+func unflatten(t *testing.T, what string, v any) any {
+	t.Helper()
+	flat, ok := v.(map[string]any)
+	if !ok {
+		t.Errorf("%s: not an object", what)
+		return v
+	}
+	out := map[string]any{}
+	for k, x := range flat {
+		parts := strings.Split(k, ".")
+		m := out
+		for _, p := range parts[:len(parts)-1] {
+			sub, ok := m[p].(map[string]any)
+			if !ok {
+				if m[p] != nil {
+					t.Errorf("%s: key %q is both a value and a path", what, p)
+				}
+				sub = map[string]any{}
+				m[p] = sub
+			}
+			m = sub
+		}
+		last := parts[len(parts)-1]
+		if _, isPath := m[last].(map[string]any); isPath {
+			t.Errorf("%s: key %q is both a value and a path", what, k)
+		}
+		m[last] = x
+	}
+	return out
 }
 
 func walkJSON(t *testing.T, what, key string, v any) {
@@ -104,6 +142,7 @@ func TestJSONStyle(t *testing.T) {
 		{"usage"},
 		{"usage", "--by", "job"},
 		{"version"},
+		{"bench", "--nats", d.url, "--jobs", "10", "--probes", "2", "--warmup", "0", "--js-ops", "100"},
 	}
 	covered := map[string]bool{}
 	for _, args := range runs {
