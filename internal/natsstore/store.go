@@ -21,6 +21,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -163,18 +164,22 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 				s.revs, s.seqs, latest = make(map[string]uint64, n), make(map[string]uint64, n), make(map[string]*loaded, n)
 			}
 			seen = max(seen, e.Revision())
-			s.revs[e.Key()] = e.Revision()
+			// The key is a part of the message's subject: a copy of its
+			// own, kept by the store's maps for the term, lets the
+			// subject go.
+			key := strings.Clone(e.Key())
+			s.revs[key] = e.Revision()
 			if e.Operation() == jetstream.KeyValuePut {
 				l := &loaded{e: e}
-				latest[e.Key()] = l
-				if kind, id, err := subjects.ParseKey(e.Key()); err == nil && kind == "job" {
+				latest[key] = l
+				if kind, id, err := subjects.ParseKey(key); err == nil && kind == "job" {
 					l.id = id
 					dec.decode(l)
 				}
-				delete(removed, e.Key())
+				delete(removed, key)
 			} else {
-				delete(latest, e.Key())
-				removed[e.Key()] = e
+				delete(latest, key)
+				removed[key] = e
 			}
 			idle.Reset(loadIdleTimeout)
 		case <-idle.C:
