@@ -52,10 +52,7 @@ func (c *Client) tailPage(ctx context.Context, f JobFilter, after *cursor) (_ Jo
 	if err != nil {
 		return page, false, fmt.Errorf("look up %s: %w", c.n.EventsStream(), err)
 	}
-	info, err := str.Info(ctx)
-	if err != nil {
-		return page, false, fmt.Errorf("look up %s: %w", c.n.EventsStream(), err)
-	}
+	info := str.CachedInfo() // as of the look-up: its last event bounds the tail
 	first, last := info.State.FirstSeq, info.State.LastSeq
 	if last == 0 {
 		return page, false, nil
