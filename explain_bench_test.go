@@ -26,7 +26,9 @@ var whyBacklog = flag.Int("why.backlog", 100_000, "pending jobs in BenchmarkWhyB
 // embedded server: client.Explain of the job at the head of the queue (its
 // wait fact), of the last job (no fact: further back than the window), and,
 // for comparison, the path gpuq why took before the facts (load the whole
-// ledger through the recovery path and run a decision pass). It reports the
+// ledger through the recovery path and run a decision pass); and gpuq jobs
+// --limit 100 (the events' tail and the page's keys) beside a read of the
+// whole view, which every page took before. It reports the
 // fact writes the backlog cost per job.
 func BenchmarkWhyBacklog(b *testing.B) {
 	n := *whyBacklog
@@ -110,6 +112,24 @@ func BenchmarkWhyBacklog(b *testing.B) {
 		for b.Loop() {
 			if ex, err := c.c.Explain(ctx, "a", id(n-1)); err != nil || ex.Status != client.NotExplained {
 				b.Fatalf("Explain = %+v, %v", ex, err)
+			}
+		}
+	})
+	// gpuq jobs --limit 100: the newest page, from the events' tail and
+	// 100 keys; and the whole view, as every page read before.
+	b.Run("jobs/limit=100", func(b *testing.B) {
+		for b.Loop() {
+			page, err := c.c.Jobs(ctx, client.JobFilter{Limit: 100})
+			if err != nil || len(page.Jobs) != 100 || page.Jobs[0].ID != id(n-1) || page.Next == "" {
+				b.Fatalf("Jobs = %d jobs, first %v, next %q, %v", len(page.Jobs), page.Jobs[0].ID, page.Next, err)
+			}
+		}
+	})
+	b.Run("jobs/whole-view", func(b *testing.B) {
+		for b.Loop() {
+			page, err := c.c.Jobs(ctx, client.JobFilter{})
+			if err != nil || len(page.Jobs) != n {
+				b.Fatalf("Jobs = %d jobs, %v", len(page.Jobs), err)
 			}
 		}
 	})

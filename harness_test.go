@@ -62,6 +62,9 @@ type schedOpts struct {
 	hooks scheduler.Hooks
 	core  scheduler.CoreConfig
 	facts scheduler.FactStore // in place of the facts bucket
+	// store, if set, wraps the ledger store (a slow load, a count of
+	// writes).
+	store func(scheduler.Store) scheduler.Store
 }
 
 // startScheduler runs a scheduler service with test timings until stopped or
@@ -90,6 +93,10 @@ func (c *cluster) startScheduler(name string, o schedOpts) *sched {
 	if o.facts != nil {
 		facts = o.facts
 	}
+	var store scheduler.Store = natsstore.New(js, lkv)
+	if o.store != nil {
+		store = o.store(store)
+	}
 	s := &sched{name: name, nc: nc, done: make(chan error, 1), began: make(chan struct{}, 16), left: make(chan struct{}, 16),
 		log: &followLog{CommandLog: natsbus.NewCommandLog(js, c.n)}}
 	hooks := o.hooks
@@ -109,7 +116,7 @@ func (c *cluster) startScheduler(name string, o schedOpts) *sched {
 	}
 	log := slog.New(slog.NewTextHandler(tOutput{c.t, name}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	svc, err := scheduler.New(scheduler.Config{
-		Store: natsstore.New(js, lkv), CommandLog: s.log,
+		Store: store, CommandLog: s.log,
 		Lease:     &watchedLease{Lease: lease, released: func() { s.ended.Add(1); notify(s.left) }},
 		Publisher: natsbus.NewPublisher(js), Hosts: natsbus.NewHosts(hkv, log),
 		Names: c.n, Core: o.core, Logger: log, DecideInterval: 20 * time.Millisecond,

@@ -206,11 +206,17 @@ type JobPage struct {
 // [Client.Jobs] gave.
 var ErrBadCursor = errors.New("gpuq: not a job list cursor")
 
-// Jobs lists the jobs f asks for, one page at a time. Every page reads
-// every job key of the ledger view (a watch of job.*: each value as of one
-// moment, see above) and, with Since or Until, the history stream from
-// Since on; a page's cursor is the position after its last job in the
-// order, so a job submitted between two pages does not shift the next one.
+// Jobs lists the jobs f asks for, one page at a time. A page of Limit jobs
+// without Since or Until reads the tail of the events stream, back to the
+// submission events of its jobs, and those jobs' keys: its cost does not
+// grow with the ledger (see tailPage; a narrow filter whose jobs are all
+// old falls back to the full read). Any other page reads every job key of
+// the ledger view (a watch of job.*: each value as of one moment, see
+// above) and, with Since or Until, the history stream from Since on; only
+// such a full read reports every foreign job value, where a tail read
+// reports those of the keys it read. A page's cursor is the position after
+// its last job in the order, so a job submitted between two pages does not
+// shift the next one.
 // A job both in the view and in the history (archived as the view was
 // read) is listed once, as the view has it; an id used again after its job
 // was archived lists both jobs. It needs the right to watch the ledger
@@ -230,12 +236,21 @@ func (c *Client) Jobs(ctx context.Context, f JobFilter) (JobPage, error) {
 	}
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
+	byEnd := !f.Since.IsZero() || !f.Until.IsZero()
+	if f.Limit > 0 && !byEnd {
+		tail, ok, err := c.tailPage(ctx, f, after)
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return page, err
+		}
+		if ok {
+			return tail, nil
+		}
+	}
 	live, foreign, err := ledgerRecords(ctx, c, "job", decodeJob)
 	if err != nil {
 		return page, err
 	}
 	page.Foreign = foreign
-	byEnd := !f.Since.IsZero() || !f.Until.IsZero()
 	want := func(j *ledger.Job) bool {
 		if f.Account != "" && j.Account != f.Account || f.State != "" && j.State != f.State {
 			return false

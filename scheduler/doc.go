@@ -54,7 +54,11 @@
 // view not loaded, the log follower or the hosts watch ended or stuck) steps
 // down and contends again, waiting longer after each term in a row that
 // failed early ("stepped down; contending again" once, then debug lines).
-// Run returns only when its context ends, on a misconfiguration no retry
+// The lease is renewed every third of its TTL from the moment it is taken,
+// also while a new term loads the view (a load of a large ledger outlasts a
+// TTL); a renewal that finds the lease taken, or renewals that fail until it
+// lapses, abandon the load, and the term ends before it writes or sends
+// anything. Run returns only when its context ends, on a misconfiguration no retry
 // can mend ([ErrMisconfigured]), or when the command log has lost entries
 // the ledger has not applied, found at the same place by three terms in a
 // row ([ErrLogGap]).

@@ -450,39 +450,25 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 	s.standing(StandingLeading)
 	defer s.standing(StandingContending)
 	s.log.Log(ctx, st.level(slog.LevelDebug), "lease acquired; loading the ledger")
-	view, err := s.cfg.Store.Load(ctx)
-	r, repairs := s.cfg.Store.(Repairer)
-	for tries := 0; repairs && errors.Is(err, ErrForeignValue) && tries < maxRepairs; tries++ {
-		// A value another client put at a ledger key: put back the one
-		// gpuq wrote, if the key's history has it, and load again.
-		did, rerr := r.Repair(ctx, err)
-		if rerr != nil {
-			s.log.Log(ctx, st.level(slog.LevelError), "a ledger key holds a value gpuq did not write, and it cannot be repaired; no scheduler can load the ledger until it is",
-				slog.Any("err", rerr))
-			return fmt.Errorf("load the ledger view: %w", err)
-		}
-		s.log.ErrorContext(ctx, "a ledger key held a value gpuq did not write; repaired it from the key's history", slog.Any("found", err), slog.String("repair", did))
-		view, err = s.cfg.Store.Load(ctx)
+	// The lease is renewed while the term starts (the load of a large
+	// ledger outlasts a TTL); a renewal that finds it lost cancels tctx,
+	// which abandons the load, and the term ends before it writes or sends
+	// anything.
+	tctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	ren := s.startRenewer(ctx, cancel)
+	t, fol, hosts, err := s.startTerm(tctx, st)
+	lastRenew, rerr := ren.stop()
+	if fol != nil {
+		defer fol.Stop()
 	}
-	if err != nil {
-		return fmt.Errorf("load the ledger view: %w", err)
+	switch {
+	case rerr != nil:
+		return rerr
+	case err != nil:
+		return err
 	}
-	t := &term{s: s, state: view.State, core: NewCore(s.cfg.Core), applied: view.Checkpoint,
-		ahead: view.Ahead, marked: map[ledger.Key]bool{}, refused: view.Refused, nonce: rand.Text()}
-	t.core.Load(t.state)
-
-	tctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	fol, err := s.cfg.CommandLog.Follow(tctx, view.Checkpoint)
-	if err != nil {
-		return fmt.Errorf("follow the command log: %w", err)
-	}
-	defer fol.Stop()
-	hosts, err := s.cfg.Hosts.Watch(tctx)
-	if err != nil {
-		return fmt.Errorf("watch hosts: %w", err)
-	}
-	s.log.Log(ctx, st.level(slog.LevelInfo), "leading", slog.Uint64("checkpoint", view.Checkpoint), slog.Uint64("ahead", view.Ahead),
+	s.log.Log(ctx, st.level(slog.LevelInfo), "leading", slog.Uint64("checkpoint", t.applied), slog.Uint64("ahead", t.ahead),
 		slog.Int("accounts", len(t.state.Accounts)), slog.Int("jobs", len(t.state.Jobs)))
 	if s.cfg.Hooks.Leading != nil {
 		s.cfg.Hooks.Leading()
@@ -492,8 +478,7 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 	tick := time.NewTicker(s.cfg.DecideInterval)
 	defer tick.Stop()
 	renewEvery := s.cfg.Lease.TTL() / 3
-	lastRenew := s.cfg.NowFunc()
-	nextTrim := lastRenew.Add(time.Minute)
+	nextTrim := s.cfg.NowFunc().Add(time.Minute)
 	for {
 		select {
 		case <-ctx.Done():
@@ -563,6 +548,47 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 		}
 		t.publish(now)
 	}
+}
+
+// startTerm loads the view (repairing foreign values it finds, up to
+// maxRepairs), indexes it in a new core, and starts following the command
+// log and watching the hosts, all under ctx, which the lease's renewer
+// cancels when the lease is lost. It writes nothing but the repairs, and
+// none once ctx has ended. fol is non-nil whenever the log is followed, for
+// the caller to stop.
+func (s *Service) startTerm(ctx context.Context, st *runState) (_ *term, fol Follower, _ <-chan HostUpdate, _ error) {
+	view, err := s.cfg.Store.Load(ctx)
+	r, repairs := s.cfg.Store.(Repairer)
+	for tries := 0; repairs && errors.Is(err, ErrForeignValue) && tries < maxRepairs && ctx.Err() == nil; tries++ {
+		// A value another client put at a ledger key: put back the one
+		// gpuq wrote, if the key's history has it, and load again.
+		did, rerr := r.Repair(ctx, err)
+		if rerr != nil {
+			s.log.Log(ctx, st.level(slog.LevelError), "a ledger key holds a value gpuq did not write, and it cannot be repaired; no scheduler can load the ledger until it is",
+				slog.Any("err", rerr))
+			return nil, nil, nil, fmt.Errorf("load the ledger view: %w", err)
+		}
+		s.log.ErrorContext(ctx, "a ledger key held a value gpuq did not write; repaired it from the key's history", slog.Any("found", err), slog.String("repair", did))
+		view, err = s.cfg.Store.Load(ctx)
+	}
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("load the ledger view: %w", err)
+	}
+	t := &term{s: s, state: view.State, core: NewCore(s.cfg.Core), applied: view.Checkpoint,
+		ahead: view.Ahead, marked: map[ledger.Key]bool{}, refused: view.Refused, nonce: rand.Text()}
+	t.core.Load(t.state)
+	if err := ctx.Err(); err != nil {
+		return nil, nil, nil, err
+	}
+	fol, err = s.cfg.CommandLog.Follow(ctx, view.Checkpoint)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("follow the command log: %w", err)
+	}
+	hosts, err := s.cfg.Hosts.Watch(ctx)
+	if err != nil {
+		return nil, fol, nil, fmt.Errorf("watch hosts: %w", err)
+	}
+	return t, fol, hosts, nil
 }
 
 // fold applies one log entry to the term's state.

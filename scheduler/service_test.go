@@ -34,6 +34,10 @@ type fakeLease struct {
 	tries      int
 	releases   int
 	renewFails bool
+	// failRenewals fails that many renewals (then renewals pass);
+	// renewals counts those that passed.
+	failRenewals int
+	renewals     int
 }
 
 var errHeld = errors.New("held by another")
@@ -62,6 +66,11 @@ func (l *fakeLease) Renew(context.Context) error {
 	if l.renewFails {
 		return errTimeout
 	}
+	if l.failRenewals > 0 {
+		l.failRenewals--
+		return errTimeout
+	}
+	l.renewals++
 	return nil
 }
 
@@ -80,9 +89,23 @@ type fakeStore struct {
 	loadFails int
 	loads     int
 	view      func() *scheduler.View
+	// delay is how long each load takes, unless its ctx ends first;
+	// abandoned are the causes of the loads cut short.
+	delay     time.Duration
+	abandoned []error
 }
 
-func (s *fakeStore) Load(context.Context) (*scheduler.View, error) {
+func (s *fakeStore) Load(ctx context.Context) (*scheduler.View, error) {
+	if s.delay > 0 {
+		select {
+		case <-time.After(s.delay):
+		case <-ctx.Done():
+			s.mu.Lock()
+			s.abandoned = append(s.abandoned, context.Cause(ctx))
+			s.mu.Unlock()
+			return nil, ctx.Err()
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.loads++

@@ -298,6 +298,10 @@ func (n Names) JobEvents(account string) string {
 	return n.prefix + ".event." + account + ".job.*"
 }
 
+// AllJobEvents is the filter for every job event of every account:
+// gpuq.event.*.job.*.
+func (n Names) AllJobEvents() string { return n.prefix + ".event.*.job.*" }
+
 // AccountEvents is the filter for every event of account — its jobs', its
 // own and its invalid commands': gpuq.event.<account>.>. A submitter's
 // permission to read its events is a permission on this filter.

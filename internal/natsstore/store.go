@@ -18,8 +18,11 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"runtime"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -114,8 +117,14 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 		return nil, false, fmt.Errorf("watch %s: %w", s.kv.Bucket(), err)
 	}
 	defer func() { _ = w.Stop() }() // the watch only served the initial values
-	latest := map[string]jetstream.KeyValueEntry{}
+	latest := map[string]*loaded{}
 	removed := map[string]jetstream.KeyValueEntry{} // keys whose last operation removed them
+	// Job records, nearly all of a large ledger, are decoded as they come,
+	// by decoders of their own, while the watch delivers the rest; a key
+	// whose value a newer one replaces meanwhile is decoded again.
+	dec := startDecoders()
+	defer dec.stop()
+	sized := false
 	// The watch delivers every current value and then a nil marker. If the
 	// server goes away meanwhile nothing more comes, so a pause longer than
 	// loadIdleTimeout ends the load rather than hang it.
@@ -147,14 +156,30 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 				}
 				continue
 			}
+			if !sized {
+				// The first value says how many follow: size the maps
+				// once rather than grow them a million times.
+				sized = true
+				n := int(min(e.Delta(), maxPresize)) + 1
+				s.revs, s.seqs, latest = make(map[string]uint64, n), make(map[string]uint64, n), make(map[string]*loaded, n)
+			}
 			seen = max(seen, e.Revision())
-			s.revs[e.Key()] = e.Revision()
+			// The key is a part of the message's subject: a copy of its
+			// own, kept by the store's maps for the term, lets the
+			// subject go.
+			key := strings.Clone(e.Key())
+			s.revs[key] = e.Revision()
 			if e.Operation() == jetstream.KeyValuePut {
-				latest[e.Key()] = e
-				delete(removed, e.Key())
+				l := &loaded{e: e}
+				latest[key] = l
+				if kind, id, err := subjects.ParseKey(key); err == nil && kind == "job" {
+					l.id = id
+					dec.decode(l)
+				}
+				delete(removed, key)
 			} else {
-				delete(latest, e.Key())
-				removed[e.Key()] = e
+				delete(latest, key)
+				removed[key] = e
 			}
 			idle.Reset(loadIdleTimeout)
 		case <-idle.C:
@@ -163,8 +188,11 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 			return nil, false, ctx.Err()
 		}
 	}
+	dec.wait()
 	view := &scheduler.View{State: ledger.New()}
-	if e, ok := latest[subjects.CheckpointKey]; ok {
+	view.State.Jobs = make(map[string]*ledger.Job, len(latest))
+	if l, ok := latest[subjects.CheckpointKey]; ok {
+		e := l.e
 		cp, err := decodeCheckpoint(e.Value())
 		if err != nil {
 			return nil, false, foreign(e, err)
@@ -192,16 +220,26 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 		}
 		return limit, nil
 	}
-	for key, e := range latest {
-		kind, id, err := subjects.ParseKey(key)
-		if key == subjects.PricingKey {
-			kind = "pricing"
-		} else if err != nil || kind == "sched" {
-			continue
-		}
-		seq, err := s.add(view.State, kind, id, e.Value())
-		if err != nil {
-			return nil, false, foreign(e, err)
+	for key, l := range latest {
+		e := l.e
+		var kind, id string
+		var seq uint64
+		if l.decoded {
+			if l.err != nil {
+				return nil, false, foreign(e, l.err)
+			}
+			kind, id, seq = "job", l.job.ID, l.job.Seq
+			view.State.Jobs[id] = l.job
+		} else {
+			kind, id, err = subjects.ParseKey(key)
+			if key == subjects.PricingKey {
+				kind = "pricing"
+			} else if err != nil || kind == "sched" {
+				continue
+			}
+			if seq, err = s.add(view.State, kind, id, e.Value()); err != nil {
+				return nil, false, foreign(e, err)
+			}
 		}
 		s.seqs[key] = seq
 		view.Ahead = max(view.Ahead, seq)
@@ -220,6 +258,69 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 		return nil, view.Ahead > view.Checkpoint, fmt.Errorf("the stored ledger breaks its invariants: %w", err)
 	}
 	return view, false, nil
+}
+
+// maxPresize bounds the capacity a load gives its maps from the count the
+// watch announces.
+const maxPresize = 1 << 24
+
+// loaded is a key's value as a load read it, with, for a job record, the
+// job it decodes to (set by a decoder, read once the decoders are done).
+type loaded struct {
+	e       jetstream.KeyValueEntry
+	id      string // of the job, for a job record
+	decoded bool
+	job     *ledger.Job
+	err     error
+}
+
+// decoders decode job records for a load, on as many goroutines as there
+// are processors.
+type decoders struct {
+	work chan *loaded
+	wg   sync.WaitGroup
+	once sync.Once
+}
+
+func startDecoders() *decoders {
+	d := &decoders{work: make(chan *loaded, 4096)}
+	for range max(runtime.GOMAXPROCS(0), 1) {
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			for l := range d.work {
+				l.decodeJob()
+			}
+		}()
+	}
+	return d
+}
+
+// decode queues l, a job record, to be decoded.
+func (d *decoders) decode(l *loaded) { d.work <- l }
+
+// wait returns once every queued record is decoded; no more may be queued.
+func (d *decoders) wait() {
+	d.once.Do(func() { close(d.work) })
+	d.wg.Wait()
+}
+
+// stop ends the decoders (after wait, or when the load failed).
+func (d *decoders) stop() { d.wait() }
+
+// decodeJob decodes l's value, the record at a job key, refusing one that
+// names another job.
+func (l *loaded) decodeJob() {
+	l.decoded = true
+	j, err := ledger.UnmarshalJob(l.e.Value())
+	switch {
+	case err != nil:
+		l.err = err
+	case j.ID != l.id:
+		l.err = fmt.Errorf("the record is of job %q", j.ID)
+	default:
+		l.job = j
+	}
 }
 
 // ArchiveMarkerTTL is how long the marker an archive leaves at a job's
