@@ -10,3 +10,6 @@ import "syscall"
 func sysProcAttr(*jail) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
+
+// datasync flushes f to disk.
+func datasync(f *os.File) error { return f.Sync() }

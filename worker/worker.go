@@ -230,7 +230,7 @@ func New(cfg Config) (*Worker, error) {
 	if err := hideWorker(); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	state, err := openStartedLog(filepath.Join(cfg.StateDir, "started.json"), 8*24*time.Hour)
+	state, err := openStartedLog(filepath.Join(cfg.StateDir, "started.jsonl"), 8*24*time.Hour)
 	if err != nil {
 		return nil, err
 	}
