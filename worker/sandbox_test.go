@@ -317,6 +317,58 @@ func TestSandboxStopKillsTheWholeJob(t *testing.T) {
 	}
 }
 
+// TestSandboxSweepFindsAnEscapeeSeenBefore: the sweep at an attempt's end
+// reads again only the processes that are new or matched before (see
+// sandbox_linux.go). A grandchild that left its attempt's process group
+// and session, seen by the sweeps of other attempts that ended while it
+// ran, is still found and killed by its own attempt's sweep, before the
+// done report.
+func TestSandboxSweepFindsAnEscapeeSeenBefore(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes(t) {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			bus := newFakeBus()
+			var child atomic.Int64
+			var leftAtDone atomic.Bool
+			bus.onReport = func(r ledger.Report) {
+				if r.Type == ledger.ReportDone && r.Job == "esc" {
+					leftAtDone.Store(alive(int(child.Load())))
+				}
+			}
+			startSandboxed(t, m, bus, 2, nil)
+			bus.sendOrder(t, dispatchOrder("esc", 1, 1, "sh", "-c", `setsid sleep 300 & echo "child=$!"; sleep 2`))
+			if r := bus.nextReport(t); r.Type != ledger.ReportStarted {
+				t.Fatalf("report %+v, want started", r)
+			}
+			pid := childPid(t, bus, "esc")
+			child.Store(int64(pid))
+			for i := range 3 {
+				_, out := runJob(t, bus, fmt.Sprintf("other-%d", i), "true")
+				if !alive(pid) {
+					t.Fatalf("the escapee died before its attempt ended (%q); the test shows nothing", out)
+				}
+			}
+			deadline := time.After(20 * time.Second)
+			for {
+				select {
+				case r := <-bus.reported:
+					if r.Job != "esc" || r.Type != ledger.ReportDone {
+						continue
+					}
+					if leftAtDone.Load() {
+						t.Errorf("the setsid grandchild %d still ran when the done report was sent", pid)
+						_ = syscall.Kill(pid, syscall.SIGKILL) // test teardown
+					}
+					return
+				case <-deadline:
+					t.Fatal("no done report of the escaping job within 20s")
+				}
+			}
+		})
+	}
+}
+
 // TestSandboxLeftoversOfAKilledWorker: a worker killed with SIGKILL (a
 // child process here: this test binary run again as a worker) takes its
 // job's first process with it, but a grandchild that called setsid
