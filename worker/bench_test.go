@@ -3,11 +3,13 @@ package worker_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -41,7 +43,31 @@ import (
 // ("worker-cpu-us/job"), RUSAGE_CHILDREN the jobs' processes, reaped as
 // they end ("child-cpu-us/job"), and the driver reports the CPU of the
 // server and itself ("server+driver-cpu-us/job").
+//
+// "fresh" starts with an empty state directory; "started-50k" with the
+// record of 50,000 attempts started before (in the form older workers
+// wrote, which every version reads), as a worker has after days of short
+// jobs; "jobroot-shm" puts the attempts' directories on tmpfs (/dev/shm),
+// which shows what making and removing them on the disk costs.
 func BenchmarkWorkerPerJob(b *testing.B) {
+	b.Run("fresh", func(b *testing.B) { benchWorker(b, 0, "") })
+	b.Run("started-50k", func(b *testing.B) { benchWorker(b, 50_000, "") })
+	b.Run("jobroot-shm", func(b *testing.B) {
+		if fi, err := os.Stat("/dev/shm"); err != nil || !fi.IsDir() {
+			b.Skip("no /dev/shm")
+		}
+		dir, err := os.MkdirTemp("/dev/shm", "gpuq-bench-")
+		if err != nil {
+			b.Skip(err)
+		}
+		defer func() { _ = os.RemoveAll(dir) }() // the benchmark is over
+		benchWorker(b, 0, filepath.Join(dir, "jobs"))
+	})
+}
+
+// benchWorker runs the benchmark with a record of started attempts
+// before it, and the job root in jobRoot ("" for the default).
+func benchWorker(b *testing.B, started int, jobRoot string) {
 	gpu, err := nvmlgpu.Simulate("bench-h1", "dgxh100", 8)
 	if err != nil {
 		b.Skipf("no mock GPUs: %v", err) // a build without cgo
@@ -61,7 +87,11 @@ func BenchmarkWorkerPerJob(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	w, err := worker.New(worker.Config{Host: "h1", GPU: gpu, Bus: bus, StateDir: b.TempDir(),
+	state := b.TempDir()
+	if started > 0 {
+		seedStarted(b, bus, state, started)
+	}
+	w, err := worker.New(worker.Config{Host: "h1", GPU: gpu, Bus: bus, StateDir: state, JobRoot: jobRoot,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)
@@ -90,6 +120,31 @@ func BenchmarkWorkerPerJob(b *testing.B) {
 	b.ReportMetric(float64(self.Microseconds())/n, "worker-cpu-us/job")
 	b.ReportMetric(float64(child.Microseconds())/n, "child-cpu-us/job")
 	b.ReportMetric(float64(srv.Microseconds())/n, "server+driver-cpu-us/job")
+}
+
+// seedStarted writes a record of n attempts started in the last days, of
+// the installation bus reads from, in the form older workers wrote
+// (started.json: one JSON object).
+func seedStarted(b *testing.B, bus *natsbus.WorkerBus, dir string, n int) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	inst, err := bus.Installation(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now()
+	old := map[string]time.Time{}
+	for i := range n {
+		old[fmt.Sprintf("old-%d/1", i)] = now.Add(-time.Duration(i) * 10 * time.Second)
+	}
+	data, err := json.Marshal(map[string]any{"installation": inst, "started": old})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "started.json"), data, 0o600); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // rusage is the user and system CPU of who.
