@@ -451,6 +451,35 @@ func (s *sandbox) reclaim() error {
 // uids: Linux can, its sweep reads every process's uids from /proc.
 const poolSupported = true
 
+// clearXattrs removes the extended attributes a job may have set on its
+// directory (user.*, and ACLs: system.posix_acl_*), keeping the security
+// labels (security.*) the system set when it made the directory, and
+// reports whether the directory is left with no others: false for any
+// other name (trusted.*, which a job running as root can set) or a
+// failure. A file system without extended attributes has none.
+func clearXattrs(path string) bool {
+	buf := make([]byte, 4096)
+	n, err := syscall.Listxattr(path, buf)
+	if errors.Is(err, syscall.ENOTSUP) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	for name := range strings.SplitSeq(string(buf[:n]), "\x00") {
+		switch {
+		case name == "" || strings.HasPrefix(name, "security."):
+		case strings.HasPrefix(name, "user.") || strings.HasPrefix(name, "system.posix_acl_"):
+			if syscall.Removexattr(path, name) != nil {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // sharedDirs are where every user may create files. A pool uid goes to
 // another attempt, maybe another tenant's, once its attempt ends, so what
 // the attempt left there is removed first: files for the next holder of the

@@ -2,7 +2,10 @@
 
 package worker
 
-import "syscall"
+import (
+	"os"
+	"syscall"
+)
 
 // sysProcAttr starts a child in its own process group, so a stop reaches
 // everything it started. Outside Linux a child outlives a crashed worker,
