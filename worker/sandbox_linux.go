@@ -46,7 +46,10 @@ import (
 // outside, takes the attempt's uid by a setuid of root, or execs with its
 // marker) is therefore found by the full reads only: a stop's signals and
 // the reclaim at start. Every process of an attempt that forks from it
-// inherits what makes it one, and is seen with it.
+// inherits what makes it one, and is seen with it. Every read keeps what
+// it found, the full ones too, and a marker once read is kept for the
+// same process: one that is exiting has no environment left while it
+// still holds its open files (its devices), and is still found by it.
 
 // hideWorker makes the worker process non-dumpable: a process of the same
 // user (a job, when jobs run as the worker's user) can then neither read
@@ -64,46 +67,40 @@ type procInfo struct {
 	pid, ppid, pgid, sid int
 	uids                 [3]uint32 // real, effective, saved
 	zombie               bool
+	kthread              bool // a kernel thread: no environment, never a job's
 	// marker is the process's GPUQ_SANDBOX, once markerRead; see env.
 	marker     string
 	markerRead bool
+	// prev is the marker an earlier read of this same process (pid and
+	// /proc inode) found, if hasPrev: an exiting process's environment
+	// is gone before its open files are.
+	prev    string
+	hasPrev bool
 }
 
-// env returns the process's marker, read on first use.
+// env returns the process's marker, read on first use. An environment
+// that cannot be read, or reads empty, is read again at the next use: a
+// process in the middle of an exec shows an empty one for a moment.
 func (p *procInfo) env() string {
-	if !p.markerRead {
-		p.marker, p.markerRead = marker(p.pid), true
+	switch {
+	case p.kthread:
+		return ""
+	case !p.markerRead:
+		m, whole := readMarker(p.pid)
+		switch {
+		case whole:
+			p.marker, p.markerRead = m, true
+		case p.hasPrev:
+			p.marker, p.markerRead = p.prev, true
+		default:
+			p.marker = ""
+		}
 	}
 	return p.marker
 }
 
 func (p procInfo) hasUID(uid uint32) bool {
 	return p.uids[0] == uid || p.uids[1] == uid || p.uids[2] == uid
-}
-
-// readProcs lists every process. One that exits while being read is left
-// out.
-func readProcs() (map[int]procInfo, error) {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, fmt.Errorf("list processes: %w", err)
-	}
-	out := make(map[int]procInfo, len(ents))
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid <= 0 {
-			continue
-		}
-		p, err := readStatus(pid)
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
-			continue // exited meanwhile
-		}
-		if err != nil {
-			return nil, err
-		}
-		out[pid] = p
-	}
-	return out, nil
 }
 
 // readStatus parses /proc/<pid>/status.
@@ -135,6 +132,8 @@ func readStatus(pid int) (procInfo, error) {
 			dead = strings.HasPrefix(strings.TrimSpace(v), "Z") || strings.HasPrefix(strings.TrimSpace(v), "X")
 		case "Threads":
 			threads = first(v)
+		case "Kthread":
+			p.kthread = first(v) == 1
 		case "PPid":
 			p.ppid = first(v)
 		case "NSpgid":
@@ -164,6 +163,13 @@ func readStatus(pid int) (procInfo, error) {
 // marker returns the value of pid's GPUQ_SANDBOX variable, "" when it has
 // none or its environment cannot be read.
 func marker(pid int) string {
+	m, _ := readMarker(pid)
+	return m
+}
+
+// readMarker returns the value of pid's GPUQ_SANDBOX variable, and
+// whether its environment was read and not empty.
+func readMarker(pid int) (string, bool) {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
 	if err != nil || len(data) == 0 {
 		// A process whose main thread has exited shows an empty
@@ -177,14 +183,14 @@ func marker(pid int) string {
 		}
 	}
 	if len(data) == 0 {
-		return "" // exited, or not ours to read: not an attempt's process either way
+		return "", false // exited, or not ours to read: not an attempt's process either way
 	}
 	for kv := range bytes.SplitSeq(data, []byte{0}) {
 		if v, ok := bytes.CutPrefix(kv, []byte(markerVar+"=")); ok {
-			return string(v)
+			return string(v), true
 		}
 	}
-	return ""
+	return "", true
 }
 
 // descends reports whether p's ancestors include pid.
@@ -242,30 +248,12 @@ func (s *sandbox) leftoverMatcher() matcher {
 	}
 }
 
-// find lists the live processes match accepts, never the worker itself.
-func find(match matcher) ([]int, error) {
-	procs, err := readProcs()
-	if err != nil {
-		return nil, err
-	}
-	self := os.Getpid()
-	var out []int
-	for _, p := range procs {
-		if p.zombie || p.pid == self {
-			continue
-		}
-		if match(&p, procs) {
-			out = append(out, p.pid)
-		}
-	}
-	return out, nil
-}
-
 // seen is what findSeen read of each process, by pid. It is shared by the
 // workers of the process: what it holds is the host's.
 var seen = struct {
 	sync.Mutex
 	procs map[int]*seenProc
+	buf   []byte // listProcs' buffer
 }{procs: map[int]*seenProc{}}
 
 type seenProc struct {
@@ -273,17 +261,41 @@ type seenProc struct {
 	info procInfo
 }
 
+// find lists the live processes match accepts, never the worker itself,
+// reading every process afresh.
+func find(match matcher) ([]int, error) { return findProcs(match, true) }
+
 // findSeen lists the live processes match accepts, never the worker
 // itself, as find does, but reads a process only when it is new since the
-// last call or what was read of it matches (see the top of this file).
-func findSeen(match matcher) ([]int, error) {
-	ents, err := listProcs()
-	if err != nil {
-		return nil, err
+// last read or what was read of it matches (see the top of this file).
+func findSeen(match matcher) ([]int, error) { return findProcs(match, false) }
+
+// reread reads pid's status afresh, keeping the marker an earlier read of
+// the same process found.
+func reread(pid int, old *seenProc) (procInfo, error) {
+	p, err := readStatus(pid)
+	if err == nil && old != nil && old.info.markerRead {
+		p.prev, p.hasPrev = old.info.marker, true
+	} else if err == nil && old != nil && old.info.hasPrev {
+		p.prev, p.hasPrev = old.info.prev, true
 	}
+	return p, err
+}
+
+// findProcs lists the live processes match accepts, never the worker
+// itself, reading every process (all) or only those new or matching, and
+// keeps what it read in seen.
+func findProcs(match matcher, all bool) ([]int, error) {
 	self := os.Getpid()
 	seen.Lock()
 	defer seen.Unlock()
+	if seen.buf == nil {
+		seen.buf = make([]byte, 32<<10)
+	}
+	ents, err := listProcs(seen.buf)
+	if err != nil {
+		return nil, err
+	}
 	next := make(map[int]*seenProc, len(ents))
 	fresh := make(map[int]bool)
 	for _, e := range ents {
@@ -291,8 +303,11 @@ func findSeen(match matcher) ([]int, error) {
 			continue
 		}
 		c := seen.procs[e.pid]
-		if c == nil || c.ino != e.ino || e.ino <= 1 { // 1: /proc could not say
-			p, err := readStatus(e.pid)
+		if c != nil && (c.ino != e.ino || e.ino <= 1) { // 1: /proc could not say
+			c = nil // another process of the same pid
+		}
+		if all || c == nil {
+			p, err := reread(e.pid, c)
 			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 				continue // exited meanwhile
 			}
@@ -316,7 +331,7 @@ func findSeen(match matcher) ([]int, error) {
 		}
 		if !fresh[pid] {
 			// What was read before matches: read it as it is now.
-			p, err := readStatus(pid)
+			p, err := reread(pid, c)
 			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 				delete(next, pid)
 				continue
@@ -341,8 +356,8 @@ type procEntry struct {
 }
 
 // listProcs lists /proc's process directories with their inode numbers,
-// which getdents gives and os.ReadDir drops.
-func listProcs() ([]procEntry, error) {
+// which getdents gives and os.ReadDir drops, reading into buf.
+func listProcs(buf []byte) ([]procEntry, error) {
 	f, err := os.Open("/proc")
 	if err != nil {
 		return nil, fmt.Errorf("list processes: %w", err)
@@ -352,7 +367,6 @@ func listProcs() ([]procEntry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list processes: %w", err)
 	}
-	buf := make([]byte, 64<<10)
 	var out []procEntry
 	for {
 		var n int
