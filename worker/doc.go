@@ -56,7 +56,9 @@
 // no order starts unconfirmed. Then the worker claims, records the attempt
 // on local disk, reports started (retrying until the server has stored
 // it), sets the process starting on its own goroutine, and then acks the
-// order. No process starts before its started report is stored: a worker
+// order (taking the next order while the server confirms the ack). The
+// record of the attempt is one line appended to a file in the state
+// directory and flushed to disk, made while the attempt's directory is. No process starts before its started report is stored: a worker
 // that is stopping and cannot store it leaves the order unacked and the
 // process unstarted. An attempt's directory (and user) is made before its
 // started report; a worker that cannot make it refuses the order. A

@@ -22,7 +22,7 @@ type output struct {
 	stdout  *outputWriter
 	stderr  *outputWriter
 	stop    chan struct{} // closed by close: the flusher returns
-	done    chan struct{} // closed once the flusher has returned
+	done    chan struct{} // closed once the flusher has returned, if started
 
 	// mu guards what follows and both streams' buffers, and is held while
 	// a chunk is sent: chunks go out in the order they are numbered, and
@@ -33,6 +33,10 @@ type output struct {
 	trunc  bool  // output past MaxLogBytes was dropped
 	drop   int64 // bytes dropped past MaxLogBytes
 	closed bool  // the end marker is sent: nothing may follow it
+	// flushing says the flusher runs: it is started by the first write
+	// that leaves output buffered, so an attempt that prints nothing
+	// has none.
+	flushing bool
 }
 
 // outputWriter is one stream of an attempt's output. It buffers writes and
@@ -48,7 +52,6 @@ func newOutput(ctx context.Context, w *Worker, a Attempt, account string) *outpu
 	o := &output{w: w, ctx: ctx, a: a, account: account, stop: make(chan struct{}), done: make(chan struct{})}
 	o.stdout = &outputWriter{o: o, stream: wire.Stdout}
 	o.stderr = &outputWriter{o: o, stream: wire.Stderr}
-	go o.flushEvery(w.cfg.LogFlush)
 	return o
 }
 
@@ -99,7 +102,12 @@ func (o *output) note(line string) {
 // close stops the flusher, sends what is buffered and then the end marker.
 func (o *output) close(out Outcome) {
 	close(o.stop)
-	<-o.done
+	o.mu.Lock()
+	flushing := o.flushing
+	o.mu.Unlock()
+	if flushing {
+		<-o.done
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.stdout.flushLocked()
@@ -130,6 +138,10 @@ func (w *outputWriter) Write(p []byte) (int, error) {
 	for len(w.buf) >= chunk {
 		o.sendLocked(wire.LogChunk{Stream: w.stream, Data: append([]byte(nil), w.buf[:chunk]...)})
 		w.buf = w.buf[chunk:]
+	}
+	if len(w.buf) > 0 && !o.flushing {
+		o.flushing = true
+		go o.flushEvery(o.w.cfg.LogFlush)
 	}
 	return len(p), nil
 }

@@ -69,6 +69,10 @@ func startProcess(sb *sandbox, j *jail, s Spec, stdout, stderr io.Writer, grace 
 		cmd.Dir = s.Workdir
 	}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
+	// Opened once for every attempt, rather than by each Start.
+	if null, err := devNull(); err == nil {
+		cmd.Stdin = null
+	}
 	cmd.SysProcAttr = sysProcAttr(j)
 	// A grandchild that keeps the output pipes open must not hold Wait
 	// after the child exits; the attempt's processes are swept right after.
@@ -78,6 +82,10 @@ func startProcess(sb *sandbox, j *jail, s Spec, stdout, stderr io.Writer, grace 
 	}
 	return &process{cmd: cmd, sb: sb, jail: j, log: log, start: time.Now(), done: make(chan struct{}), grace: grace}, nil
 }
+
+// devNull is /dev/null, open for reading, the stdin of every attempt
+// (the one os/exec would open and close for each).
+var devNull = sync.OnceValues(func() (*os.File, error) { return os.Open(os.DevNull) })
 
 // signal sends sig to every process of the attempt the sandbox can find,
 // and to its process group. One it cannot list now the sweep at the end

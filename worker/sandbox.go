@@ -23,7 +23,9 @@ import (
 //   - an environment built from [allowedEnv] only, plus the job's own
 //     variables and gpuq's (which win): never the worker's NATS_* settings;
 //   - a fresh directory <JobRoot>/<job>.<attempt>, mode 0700, its HOME,
-//     TMPDIR and working directory, removed once the attempt ends;
+//     TMPDIR and working directory, gone once the attempt ends (emptied,
+//     made as a new one is, and kept under a spare name for a later
+//     attempt to take: see recycle);
 //   - when the worker runs as root with [Config.JobUIDs], a user and group
 //     of its own from that pool, with no supplementary groups, so it cannot
 //     read the worker's files (the state directory is 0700) nor another
@@ -153,7 +155,16 @@ type sandbox struct {
 	mu   sync.Mutex
 	free []uint32            // pool ids not in use, least recently used first
 	used map[uint32]struct{} // pool ids in use
+	// spare are empty directories in the root, left by attempts that
+	// ended, for the next attempts to take (see recycle); spareN names
+	// the next.
+	spare  []string
+	spareN int
 }
+
+// maxSpare bounds the spare directories kept: more than the attempts that
+// end at once are never needed.
+const maxSpare = 64
 
 // jail is one attempt's place: its directory and, with a pool, its user.
 type jail struct {
@@ -294,9 +305,11 @@ func (s *sandbox) prepare(a Attempt) (*jail, error) {
 		s.giveBack(j)
 		return nil, fmt.Errorf("clear the attempt directory: %w", err)
 	}
-	if err := os.Mkdir(j.dir, 0o700); err != nil {
-		s.giveBack(j)
-		return nil, fmt.Errorf("make the attempt directory: %w", err)
+	if !s.takeSpare(j.dir) {
+		if err := os.Mkdir(j.dir, 0o700); err != nil {
+			s.giveBack(j)
+			return nil, fmt.Errorf("make the attempt directory: %w", err)
+		}
 	}
 	if j.pooled {
 		if err := os.Lchown(j.dir, int(j.uid), int(j.uid)); err != nil {
@@ -317,7 +330,7 @@ func (s *sandbox) release(j *jail) error {
 			// chown keeps the mode the job gave its directory: close it too.
 			err = errors.Join(os.Lchown(j.dir, s.self, os.Getegid()), os.Chmod(j.dir, 0o700))
 		}
-	} else {
+	} else if !s.recycle(j) {
 		err = os.RemoveAll(j.dir)
 	}
 	if err != nil {
@@ -328,6 +341,71 @@ func (s *sandbox) release(j *jail) error {
 	}
 	s.giveBack(j)
 	return err
+}
+
+// takeSpare renames a spare directory to dir, and reports whether it did.
+// A spare is as a directory just made is: empty, the worker's, mode 0700.
+func (s *sandbox) takeSpare(dir string) bool {
+	s.mu.Lock()
+	if len(s.spare) == 0 {
+		s.mu.Unlock()
+		return false
+	}
+	sp := s.spare[len(s.spare)-1]
+	s.spare = s.spare[:len(s.spare)-1]
+	s.mu.Unlock()
+	if err := os.Rename(sp, dir); err != nil {
+		_ = os.RemoveAll(sp) // what is left goes at the next start (see clearRoot)
+		return false
+	}
+	return true
+}
+
+// recycle makes j's directory, once no process of its attempt is left,
+// what a directory just made is (the worker's, mode 0700, empty, with no
+// extended attributes or ACLs but the system's security labels), and
+// keeps it as a spare for a later attempt to take in place of making one:
+// on a disk file system, making and removing a directory costs many times
+// what renaming one does. Spare names start with a dot, which no job id
+// has. recycle reports false, having left the directory for the caller to
+// remove, when a step fails, when the directory is not one it can make
+// fresh (see clearXattrs), or when there are spares enough.
+func (s *sandbox) recycle(j *jail) bool {
+	s.mu.Lock()
+	full := len(s.spare) >= maxSpare
+	name := filepath.Join(s.root, fmt.Sprintf(".spare-%d", s.spareN))
+	s.spareN++
+	s.mu.Unlock()
+	if full {
+		return false
+	}
+	// The job cannot replace its directory (the root is the worker's),
+	// but it may have changed its owner's bits, or, with a pool, owns it.
+	if fi, err := os.Lstat(j.dir); err != nil || !fi.IsDir() {
+		return false
+	}
+	if j.pooled && os.Lchown(j.dir, s.self, os.Getegid()) != nil {
+		return false
+	}
+	if os.Chmod(j.dir, 0o700) != nil {
+		return false
+	}
+	ents, err := os.ReadDir(j.dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		if os.RemoveAll(filepath.Join(j.dir, e.Name())) != nil {
+			return false
+		}
+	}
+	if !clearXattrs(j.dir) || os.Rename(j.dir, name) != nil {
+		return false
+	}
+	s.mu.Lock()
+	s.spare = append(s.spare, name)
+	s.mu.Unlock()
+	return true
 }
 
 // giveBack returns j's uid to the end of the free list: ids are reused as
@@ -361,9 +439,20 @@ func (s *sandbox) clearRoot() error {
 	return errors.Join(errs...)
 }
 
-// close removes the job root when the worker stops, if nothing is left in
-// it.
+// close removes the spare directories and then the job root when the
+// worker stops, if nothing else is left in it.
 func (s *sandbox) close() error {
+	s.mu.Lock()
+	spare := s.spare
+	s.spare = nil
+	s.mu.Unlock()
+	var errs []error
+	for _, sp := range spare {
+		errs = append(errs, os.RemoveAll(sp))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
 	err := os.Remove(s.root)
 	if err == nil || errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
 		return nil

@@ -4,6 +4,7 @@ package worker
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -31,6 +33,23 @@ import (
 // Zombies count as gone: they hold no memory or device, and only wait for
 // their parent to reap them. A pid read from /proc may in principle be
 // reused before it is signalled; the sweep reads again after each round.
+//
+// The sweep at an attempt's end runs once per job, and reading every
+// process's status and environment costs some 25µs a process. So it keeps
+// what it read of each process (see seen), by pid and the inode number of
+// its /proc directory, which one listing of /proc gives for every process
+// and a later process of the same pid does not share; a process is read
+// again only when it is new, or when what was read of it matches the
+// attempt being swept (it is then read afresh, and killed only if it
+// still matches). A process that matched no attempt when first seen and
+// later joins one without forking from it (joins its process group from
+// outside, takes the attempt's uid by a setuid of root, or execs with its
+// marker) is therefore found by the full reads only: a stop's signals and
+// the reclaim at start. Every process of an attempt that forks from it
+// inherits what makes it one, and is seen with it. Every read keeps what
+// it found, the full ones too, and a marker once read is kept for the
+// same process: one that is exiting has no environment left while it
+// still holds its open files (its devices), and is still found by it.
 
 // hideWorker makes the worker process non-dumpable: a process of the same
 // user (a job, when jobs run as the worker's user) can then neither read
@@ -48,35 +67,40 @@ type procInfo struct {
 	pid, ppid, pgid, sid int
 	uids                 [3]uint32 // real, effective, saved
 	zombie               bool
+	kthread              bool // a kernel thread: no environment, never a job's
+	// marker is the process's GPUQ_SANDBOX, once markerRead; see env.
+	marker     string
+	markerRead bool
+	// prev is the marker an earlier read of this same process (pid and
+	// /proc inode) found, if hasPrev: an exiting process's environment
+	// is gone before its open files are.
+	prev    string
+	hasPrev bool
+}
+
+// env returns the process's marker, read on first use. An environment
+// that cannot be read, or reads empty, is read again at the next use: a
+// process in the middle of an exec shows an empty one for a moment.
+func (p *procInfo) env() string {
+	switch {
+	case p.kthread:
+		return ""
+	case !p.markerRead:
+		m, whole := readMarker(p.pid)
+		switch {
+		case whole:
+			p.marker, p.markerRead = m, true
+		case p.hasPrev:
+			p.marker, p.markerRead = p.prev, true
+		default:
+			p.marker = ""
+		}
+	}
+	return p.marker
 }
 
 func (p procInfo) hasUID(uid uint32) bool {
 	return p.uids[0] == uid || p.uids[1] == uid || p.uids[2] == uid
-}
-
-// readProcs lists every process. One that exits while being read is left
-// out.
-func readProcs() (map[int]procInfo, error) {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, fmt.Errorf("list processes: %w", err)
-	}
-	out := make(map[int]procInfo, len(ents))
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid <= 0 {
-			continue
-		}
-		p, err := readStatus(pid)
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
-			continue // exited meanwhile
-		}
-		if err != nil {
-			return nil, err
-		}
-		out[pid] = p
-	}
-	return out, nil
 }
 
 // readStatus parses /proc/<pid>/status.
@@ -108,6 +132,8 @@ func readStatus(pid int) (procInfo, error) {
 			dead = strings.HasPrefix(strings.TrimSpace(v), "Z") || strings.HasPrefix(strings.TrimSpace(v), "X")
 		case "Threads":
 			threads = first(v)
+		case "Kthread":
+			p.kthread = first(v) == 1
 		case "PPid":
 			p.ppid = first(v)
 		case "NSpgid":
@@ -137,6 +163,13 @@ func readStatus(pid int) (procInfo, error) {
 // marker returns the value of pid's GPUQ_SANDBOX variable, "" when it has
 // none or its environment cannot be read.
 func marker(pid int) string {
+	m, _ := readMarker(pid)
+	return m
+}
+
+// readMarker returns the value of pid's GPUQ_SANDBOX variable, and
+// whether its environment was read and not empty.
+func readMarker(pid int) (string, bool) {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
 	if err != nil || len(data) == 0 {
 		// A process whose main thread has exited shows an empty
@@ -150,14 +183,14 @@ func marker(pid int) string {
 		}
 	}
 	if len(data) == 0 {
-		return "" // exited, or not ours to read: not an attempt's process either way
+		return "", false // exited, or not ours to read: not an attempt's process either way
 	}
 	for kv := range bytes.SplitSeq(data, []byte{0}) {
 		if v, ok := bytes.CutPrefix(kv, []byte(markerVar+"=")); ok {
-			return string(v)
+			return string(v), true
 		}
 	}
-	return ""
+	return "", true
 }
 
 // descends reports whether p's ancestors include pid.
@@ -176,27 +209,27 @@ func descends(p procInfo, pid int, procs map[int]procInfo) bool {
 }
 
 // matcher tells a process of what is being swept.
-type matcher func(p procInfo, procs map[int]procInfo) bool
+type matcher func(p *procInfo, procs map[int]procInfo) bool
 
 // attemptMatcher matches j's processes (see the top of this file). leader
 // is the attempt's first process; alive says it is not reaped yet, so its
 // descendants can be told by ancestry.
 func (s *sandbox) attemptMatcher(j *jail, leader int, alive bool) matcher {
 	if j.pooled {
-		return func(p procInfo, _ map[int]procInfo) bool { return p.hasUID(j.uid) }
+		return func(p *procInfo, _ map[int]procInfo) bool { return p.hasUID(j.uid) }
 	}
 	self := uint32(s.self)
-	return func(p procInfo, procs map[int]procInfo) bool {
+	return func(p *procInfo, procs map[int]procInfo) bool {
 		if !p.hasUID(self) {
 			return false
 		}
 		if leader > 0 && (p.pgid == leader || p.sid == leader) {
 			return true
 		}
-		if leader > 0 && alive && (p.pid == leader || descends(p, leader, procs)) {
+		if leader > 0 && alive && (p.pid == leader || descends(*p, leader, procs)) {
 			return true
 		}
-		return marker(p.pid) == j.dir
+		return p.env() == j.dir
 	}
 }
 
@@ -205,33 +238,172 @@ func (s *sandbox) attemptMatcher(j *jail, leader int, alive bool) matcher {
 // worker's user marked with a directory of its job root.
 func (s *sandbox) leftoverMatcher() matcher {
 	if s.pooled() {
-		return func(p procInfo, _ map[int]procInfo) bool {
+		return func(p *procInfo, _ map[int]procInfo) bool {
 			return s.uids.contains(p.uids[0]) || s.uids.contains(p.uids[1]) || s.uids.contains(p.uids[2])
 		}
 	}
 	self := uint32(s.self)
-	return func(p procInfo, _ map[int]procInfo) bool {
-		return p.hasUID(self) && strings.HasPrefix(marker(p.pid), s.root+string(os.PathSeparator))
+	return func(p *procInfo, _ map[int]procInfo) bool {
+		return p.hasUID(self) && strings.HasPrefix(p.env(), s.root+string(os.PathSeparator))
 	}
 }
 
-// find lists the live processes match accepts, never the worker itself.
-func find(match matcher) ([]int, error) {
-	procs, err := readProcs()
+// seen is what findSeen read of each process, by pid. It is shared by the
+// workers of the process: what it holds is the host's.
+var seen = struct {
+	sync.Mutex
+	procs map[int]*seenProc
+	buf   []byte // listProcs' buffer
+}{procs: map[int]*seenProc{}}
+
+type seenProc struct {
+	ino  uint64 // of /proc/<pid>
+	info procInfo
+}
+
+// find lists the live processes match accepts, never the worker itself,
+// reading every process afresh.
+func find(match matcher) ([]int, error) { return findProcs(match, true) }
+
+// findSeen lists the live processes match accepts, never the worker
+// itself, as find does, but reads a process only when it is new since the
+// last read or what was read of it matches (see the top of this file).
+func findSeen(match matcher) ([]int, error) { return findProcs(match, false) }
+
+// reread reads pid's status afresh, keeping the marker an earlier read of
+// the same process found.
+func reread(pid int, old *seenProc) (procInfo, error) {
+	p, err := readStatus(pid)
+	if err == nil && old != nil && old.info.markerRead {
+		p.prev, p.hasPrev = old.info.marker, true
+	} else if err == nil && old != nil && old.info.hasPrev {
+		p.prev, p.hasPrev = old.info.prev, true
+	}
+	return p, err
+}
+
+// findProcs lists the live processes match accepts, never the worker
+// itself, reading every process (all) or only those new or matching, and
+// keeps what it read in seen.
+func findProcs(match matcher, all bool) ([]int, error) {
+	self := os.Getpid()
+	seen.Lock()
+	defer seen.Unlock()
+	if seen.buf == nil {
+		seen.buf = make([]byte, 32<<10)
+	}
+	ents, err := listProcs(seen.buf)
 	if err != nil {
 		return nil, err
 	}
-	self := os.Getpid()
-	var out []int
-	for _, p := range procs {
-		if p.zombie || p.pid == self {
+	next := make(map[int]*seenProc, len(ents))
+	fresh := make(map[int]bool)
+	for _, e := range ents {
+		if e.pid == self {
 			continue
 		}
-		if match(p, procs) {
-			out = append(out, p.pid)
+		c := seen.procs[e.pid]
+		if c != nil && (c.ino != e.ino || e.ino <= 1) { // 1: /proc could not say
+			c = nil // another process of the same pid
 		}
+		if all || c == nil {
+			p, err := reread(e.pid, c)
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+				continue // exited meanwhile
+			}
+			if err != nil {
+				return nil, err
+			}
+			c = &seenProc{ino: e.ino, info: p}
+			fresh[e.pid] = true
+		}
+		next[e.pid] = c
+	}
+	seen.procs = next
+	procs := make(map[int]procInfo, len(next))
+	for pid, c := range next {
+		procs[pid] = c.info
+	}
+	var out []int
+	for pid, c := range next {
+		if c.info.zombie || !match(&c.info, procs) {
+			continue
+		}
+		if !fresh[pid] {
+			// What was read before matches: read it as it is now.
+			p, err := reread(pid, c)
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+				delete(next, pid)
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			c.info = p
+			if p.zombie || !match(&c.info, procs) {
+				continue
+			}
+		}
+		out = append(out, pid)
 	}
 	return out, nil
+}
+
+// procEntry is one process in the listing of /proc.
+type procEntry struct {
+	pid int
+	ino uint64
+}
+
+// listProcs lists /proc's process directories with their inode numbers,
+// which getdents gives and os.ReadDir drops, reading into buf.
+func listProcs(buf []byte) ([]procEntry, error) {
+	f, err := os.Open("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("list processes: %w", err)
+	}
+	defer func() { _ = f.Close() }() // read only
+	conn, err := f.SyscallConn()
+	if err != nil {
+		return nil, fmt.Errorf("list processes: %w", err)
+	}
+	var out []procEntry
+	for {
+		var n int
+		var rerr error
+		if err := conn.Read(func(fd uintptr) bool {
+			n, rerr = syscall.Getdents(int(fd), buf)
+			return rerr != syscall.EAGAIN
+		}); err != nil {
+			return nil, fmt.Errorf("list processes: %w", err)
+		}
+		if rerr == syscall.EINTR {
+			continue
+		}
+		if rerr != nil {
+			return nil, fmt.Errorf("list processes: %w", rerr)
+		}
+		if n <= 0 {
+			return out, nil
+		}
+		// struct linux_dirent64 { u64 d_ino; s64 d_off; u16 d_reclen;
+		// u8 d_type; char d_name[]; }
+		for off := 0; off+19 <= n; {
+			rec := buf[off:n]
+			reclen := int(binary.NativeEndian.Uint16(rec[16:18]))
+			if reclen < 19 || reclen > len(rec) {
+				return nil, fmt.Errorf("list processes: a bad directory entry")
+			}
+			name := rec[19:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			off += reclen
+			if pid, err := strconv.Atoi(string(name)); err == nil && pid > 0 {
+				out = append(out, procEntry{pid: pid, ino: binary.NativeEndian.Uint64(rec[0:8])})
+			}
+		}
+	}
 }
 
 // signal sends sig to every process match accepts now.
@@ -243,11 +415,12 @@ func signal(match matcher, sig syscall.Signal) error {
 	return err
 }
 
-// sweep kills every process match accepts, reading /proc again after each
-// round (a process may fork while the round runs), and returns nil once a
-// read finds none, or an error naming those that outlive two seconds of
-// SIGKILLs (a process stuck in the kernel, which still holds its devices).
-func sweep(what string, match matcher) error {
+// sweep kills every process match accepts, listed by find, reading /proc
+// again after each round (a process may fork while the round runs), and
+// returns nil once a read finds none, or an error naming those that
+// outlive two seconds of SIGKILLs (a process stuck in the kernel, which
+// still holds its devices).
+func sweep(what string, match matcher, find func(matcher) ([]int, error)) error {
 	deadline := time.Now().Add(2 * time.Second)
 	delay := time.Millisecond
 	for {
@@ -276,7 +449,7 @@ func (s *sandbox) signalAttempt(j *jail, leader int, alive bool, sig syscall.Sig
 
 // sweepAttempt kills j's processes and reports whether any is left.
 func (s *sandbox) sweepAttempt(j *jail, leader int, alive bool) error {
-	return sweep("the attempt in "+j.dir, s.attemptMatcher(j, leader, alive))
+	return sweep("the attempt in "+j.dir, s.attemptMatcher(j, leader, alive), findSeen)
 }
 
 // reclaim kills what attempts of an earlier life of the worker left.
@@ -285,12 +458,41 @@ func (s *sandbox) reclaim() error {
 	if !s.pooled() {
 		what = "earlier attempts in " + s.root
 	}
-	return sweep(what, s.leftoverMatcher())
+	return sweep(what, s.leftoverMatcher(), find)
 }
 
 // poolSupported reports whether this system can run attempts under pool
 // uids: Linux can, its sweep reads every process's uids from /proc.
 const poolSupported = true
+
+// clearXattrs removes the extended attributes a job may have set on its
+// directory (user.*, and ACLs: system.posix_acl_*), keeping the security
+// labels (security.*) the system set when it made the directory, and
+// reports whether the directory is left with no others: false for any
+// other name (trusted.*, which a job running as root can set) or a
+// failure. A file system without extended attributes has none.
+func clearXattrs(path string) bool {
+	buf := make([]byte, 4096)
+	n, err := syscall.Listxattr(path, buf)
+	if errors.Is(err, syscall.ENOTSUP) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	for name := range strings.SplitSeq(string(buf[:n]), "\x00") {
+		switch {
+		case name == "" || strings.HasPrefix(name, "security."):
+		case strings.HasPrefix(name, "user.") || strings.HasPrefix(name, "system.posix_acl_"):
+			if syscall.Removexattr(path, name) != nil {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // sharedDirs are where every user may create files. A pool uid goes to
 // another attempt, maybe another tenant's, once its attempt ends, so what

@@ -19,6 +19,10 @@ var sharedDirs []string
 
 func removeOwned(uint32, []string, string) error { return nil }
 
+// clearXattrs does not know this system's extended attributes: an
+// attempt's directory is removed, not kept as a spare.
+func clearXattrs(string) bool { return false }
+
 // signalAttempt sends sig to the attempt's process group.
 func (s *sandbox) signalAttempt(_ *jail, leader int, _ bool, sig syscall.Signal) error {
 	if err := syscall.Kill(-leader, sig); err != nil && err != syscall.ESRCH {

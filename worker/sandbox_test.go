@@ -241,6 +241,101 @@ func TestSandboxAttemptsAreApart(t *testing.T) {
 	}
 }
 
+// TestSandboxRecycledDirectoryIsFresh: an attempt's directory is kept as a
+// spare for the next attempt once it is emptied and made as a new one is
+// (see recycle). Whatever the first attempt did to it (files, a hidden
+// subdirectory, its mode opened to all, an extended attribute) the next
+// attempt gets the same directory empty, mode 0700, without the attribute,
+// and, with a pool, its own.
+func TestSandboxRecycledDirectoryIsFresh(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes(t) {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			bus := newFakeBus()
+			_, cfg := startSandboxed(t, m, bus, 1, nil)
+			// Each attempt waits for the test to look at its directory
+			// and drop a file named go in it.
+			wait := `while [ ! -e go ]; do sleep 0.02; done; rm go`
+			look := func(job string) (os.FileInfo, string) {
+				t.Helper()
+				dir := filepath.Join(cfg.JobRoot, job+".1")
+				deadline := time.Now().Add(20 * time.Second)
+				for {
+					if ents, err := os.ReadDir(dir); err == nil && slices.ContainsFunc(ents, func(e os.DirEntry) bool { return e.Name() == "ready" }) {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("%s never became ready", job)
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				fi, err := os.Stat(dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return fi, dir
+			}
+			bus.sendOrder(t, dispatchOrder("first", 1, 1, "sh", "-c",
+				`mkdir -p .hide/deep && echo secret > .hide/deep/f && echo secret > notes && chmod 0777 . && touch ready && `+wait))
+			if r := bus.nextReport(t); r.Type != ledger.ReportStarted {
+				t.Fatalf("report %+v, want started", r)
+			}
+			fi1, dir1 := look("first")
+			xattr := syscall.Setxattr(dir1, "user.gpuq-test", []byte("secret"), 0)
+			if err := os.WriteFile(filepath.Join(dir1, "go"), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if r := bus.nextReport(t); r.Type != ledger.ReportDone || r.ExitCode != 0 {
+				t.Fatalf("report %+v, want done with exit 0", r)
+			}
+			bus.sendOrder(t, dispatchOrder("second", 1, 1, "sh", "-c", `ls -A; touch ready && `+wait))
+			if r := bus.nextReport(t); r.Type != ledger.ReportStarted {
+				t.Fatalf("report %+v, want started", r)
+			}
+			fi2, dir2 := look("second")
+			if !os.SameFile(fi1, fi2) {
+				t.Errorf("the second attempt got a new directory, not the first's recycled: the test shows nothing")
+			}
+			if fi2.Mode().Perm() != 0o700 {
+				t.Errorf("the recycled directory has mode %04o, want 0700", fi2.Mode().Perm())
+			}
+			st := fi2.Sys().(*syscall.Stat_t)
+			wantUID := uint32(os.Geteuid())
+			if !m.uids.IsZero() {
+				wantUID = st.Uid // checked below: a pool uid, not the first attempt's
+				if !m.uids.contains(st.Uid) || st.Uid == fi1.Sys().(*syscall.Stat_t).Uid {
+					t.Errorf("the recycled directory belongs to uid %d; want a pool uid other than the first attempt's %d", st.Uid, fi1.Sys().(*syscall.Stat_t).Uid)
+				}
+			}
+			if st.Uid != wantUID {
+				t.Errorf("the recycled directory belongs to uid %d, want %d", st.Uid, wantUID)
+			}
+			if xattr == nil {
+				if n, err := syscall.Getxattr(dir2, "user.gpuq-test", make([]byte, 64)); err == nil {
+					t.Errorf("the recycled directory keeps the first attempt's extended attribute (%d bytes)", n)
+				}
+			}
+			if err := os.WriteFile(filepath.Join(dir2, "go"), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			r := bus.nextReport(t)
+			if r.Type != ledger.ReportDone || r.ExitCode != 0 {
+				t.Fatalf("report %+v, want done with exit 0", r)
+			}
+			if out := bus.output("second", 1); strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(out), lastLine(out))) != "" {
+				t.Errorf("the second attempt found in its directory:\n%s", out)
+			}
+		})
+	}
+}
+
+// lastLine is the last line of s, the end marker's.
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	return s[strings.LastIndexByte(s, '\n')+1:]
+}
+
 // escapee is a job whose grandchild leaves its process group and session
 // and prints its pid.
 var escapee = []string{"sh", "-c", `setsid sleep 300 & echo "child=$!"; sleep 300`}
@@ -314,6 +409,58 @@ func TestSandboxStopKillsTheWholeJob(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestSandboxSweepFindsAnEscapeeSeenBefore: the sweep at an attempt's end
+// reads again only the processes that are new or matched before (see
+// sandbox_linux.go). A grandchild that left its attempt's process group
+// and session, seen by the sweeps of other attempts that ended while it
+// ran, is still found and killed by its own attempt's sweep, before the
+// done report.
+func TestSandboxSweepFindsAnEscapeeSeenBefore(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes(t) {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			bus := newFakeBus()
+			var child atomic.Int64
+			var leftAtDone atomic.Bool
+			bus.onReport = func(r ledger.Report) {
+				if r.Type == ledger.ReportDone && r.Job == "esc" {
+					leftAtDone.Store(alive(int(child.Load())))
+				}
+			}
+			startSandboxed(t, m, bus, 2, nil)
+			bus.sendOrder(t, dispatchOrder("esc", 1, 1, "sh", "-c", `setsid sleep 300 & echo "child=$!"; sleep 2`))
+			if r := bus.nextReport(t); r.Type != ledger.ReportStarted {
+				t.Fatalf("report %+v, want started", r)
+			}
+			pid := childPid(t, bus, "esc")
+			child.Store(int64(pid))
+			for i := range 3 {
+				_, out := runJob(t, bus, fmt.Sprintf("other-%d", i), "true")
+				if !alive(pid) {
+					t.Fatalf("the escapee died before its attempt ended (%q); the test shows nothing", out)
+				}
+			}
+			deadline := time.After(20 * time.Second)
+			for {
+				select {
+				case r := <-bus.reported:
+					if r.Job != "esc" || r.Type != ledger.ReportDone {
+						continue
+					}
+					if leftAtDone.Load() {
+						t.Errorf("the setsid grandchild %d still ran when the done report was sent", pid)
+						_ = syscall.Kill(pid, syscall.SIGKILL) // test teardown
+					}
+					return
+				case <-deadline:
+					t.Fatal("no done report of the escaping job within 20s")
+				}
+			}
+		})
 	}
 }
 
@@ -442,11 +589,20 @@ func TestSandboxAsNobody(t *testing.T) {
 	if err := os.WriteFile(bin, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-test.run=^TestSandbox", "-test.count=1", "-test.v")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GPUQ_TEST_NOBODY=1", "TMPDIR=/tmp")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
-	out, err := cmd.CombinedOutput()
+	var out []byte
+	for try := 1; ; try++ {
+		cmd := exec.Command(bin, "-test.run=^TestSandbox", "-test.count=1", "-test.v")
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GPUQ_TEST_NOBODY=1", "TMPDIR=/tmp")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+		out, err = cmd.CombinedOutput()
+		// A child forked by a parallel test may hold the copy's write
+		// descriptor until it execs (golang.org/issue/22315): try again.
+		if !errors.Is(err, syscall.ETXTBSY) || try == 5 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	if err != nil {
 		t.Errorf("the sandbox tests as nobody: %v\n%s", err, out)
 	} else if !strings.Contains(string(out), "--- PASS: TestSandboxStopKillsTheWholeJob") {

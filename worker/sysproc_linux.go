@@ -2,7 +2,10 @@
 
 package worker
 
-import "syscall"
+import (
+	"os"
+	"syscall"
+)
 
 // sysProcAttr starts a child in its own process group, so a stop reaches
 // everything it started, has the kernel kill it if the worker dies, and,
@@ -16,3 +19,7 @@ func sysProcAttr(j *jail) *syscall.SysProcAttr {
 	}
 	return a
 }
+
+// datasync flushes f's data, and what of its metadata reading it back
+// needs (its size), to disk.
+func datasync(f *os.File) error { return syscall.Fdatasync(int(f.Fd())) }

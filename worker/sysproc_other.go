@@ -2,7 +2,10 @@
 
 package worker
 
-import "syscall"
+import (
+	"os"
+	"syscall"
+)
 
 // sysProcAttr starts a child in its own process group, so a stop reaches
 // everything it started. Outside Linux a child outlives a crashed worker,
@@ -10,3 +13,6 @@ import "syscall"
 func sysProcAttr(*jail) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
+
+// datasync flushes f to disk.
+func datasync(f *os.File) error { return f.Sync() }

@@ -88,7 +88,9 @@ type Config struct {
 	// KeepAttemptDirs keeps an attempt's directory after it ends (handed
 	// back to the worker's user, so no later attempt can read it), and
 	// what is in the job root at start. Defaults to false: each is
-	// removed once the attempt's processes are gone.
+	// emptied once the attempt's processes are gone, and kept under a
+	// spare name for a later attempt (which it is as fresh to as a new
+	// one), or removed.
 	KeepAttemptDirs bool
 	// JobUIDs is the pool of ids the attempts run as, one per attempt, as
 	// both uid and gid, with no supplementary groups: an attempt then
@@ -208,6 +210,7 @@ type Worker struct {
 	running map[Attempt]*attempt
 	drain   bool
 	wg      sync.WaitGroup
+	acks    sync.WaitGroup // acks of orders on their way
 }
 
 // attempt is one attempt from its started report until its done report is
@@ -230,7 +233,7 @@ func New(cfg Config) (*Worker, error) {
 	if err := hideWorker(); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	state, err := openStartedLog(filepath.Join(cfg.StateDir, "started.json"), 8*24*time.Hour)
+	state, err := openStartedLog(filepath.Join(cfg.StateDir, "started.jsonl"), 8*24*time.Hour)
 	if err != nil {
 		return nil, err
 	}
@@ -369,6 +372,7 @@ loop:
 	w.beat(bg)
 	w.drainJobs()
 	w.wg.Wait()
+	w.acks.Wait()
 	if err := w.jobs.close(); err != nil {
 		w.log.Warn("remove the job root", slog.Any("err", err))
 	}
@@ -463,12 +467,18 @@ func (w *Worker) handle(run, ctx context.Context, o Order) {
 	case ledger.CancelOrder:
 		w.cancelOrder(ord)
 	}
-	actx, cancel := context.WithTimeout(ctx, w.cfg.ReportTimeout)
-	defer cancel()
-	if err := o.Ack(actx); err != nil {
-		// The order will be redelivered; the attempt is known by then.
-		w.log.Warn("ack an order", slog.Any("err", err))
-	}
+	// The ack is confirmed by the server while the next order is taken:
+	// nothing waits on it, and an order whose ack is lost comes back, to
+	// be known by then.
+	w.acks.Add(1)
+	go func() {
+		defer w.acks.Done()
+		actx, cancel := context.WithTimeout(ctx, w.cfg.ReportTimeout)
+		defer cancel()
+		if err := o.Ack(actx); err != nil {
+			w.log.Warn("ack an order", slog.Any("err", err))
+		}
+	}()
 }
 
 // cancelOrder stops the attempt the order names if it runs here, whether
@@ -533,15 +543,25 @@ func (w *Worker) dispatch(run, ctx context.Context, o ledger.DispatchOrder) bool
 		return w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N,
 			Reason: truncate(err.Error()), Busy: busy})
 	}
-	if err := w.state.add(a, time.Now()); err != nil {
+	// The record of the attempt (a write flushed to disk) and its place
+	// (a directory made) are made at once: each waits on the disk, and
+	// both are done before the started report.
+	recorded := make(chan error, 1)
+	go func() { recorded <- w.state.add(a, time.Now()) }()
+	jail, perr := w.jobs.prepare(a)
+	if err := <-recorded; err != nil {
+		if perr == nil {
+			if rerr := w.jobs.release(jail); rerr != nil {
+				log.Warn("release the attempt's place", slog.Any("err", rerr))
+			}
+		}
 		w.claims.Release(a)
 		return w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Reason: truncate(err.Error())})
 	}
-	jail, err := w.jobs.prepare(a)
-	if err != nil {
+	if perr != nil {
 		w.claims.Release(a)
-		log.Error("cannot make the attempt's place", slog.Any("err", err))
-		return w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Reason: truncate(err.Error())})
+		log.Error("cannot make the attempt's place", slog.Any("err", perr))
+		return w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Reason: truncate(perr.Error())})
 	}
 	if err := w.jobs.checkWorkdir(jail, o.Workdir); err != nil {
 		// The job's own error, not the host's: refused, so it is retried

@@ -1,0 +1,332 @@
+package worker_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpuq/gpuq/internal/natsbus"
+	"github.com/gpuq/gpuq/internal/natstest"
+	"github.com/gpuq/gpuq/internal/nvmlgpu"
+	"github.com/gpuq/gpuq/ledger"
+	"github.com/gpuq/gpuq/subjects"
+	"github.com/gpuq/gpuq/wire"
+	"github.com/gpuq/gpuq/worker"
+)
+
+// BenchmarkWorkerPerJob runs a real worker (8 go-nvml mock H100s, the real
+// natsbus worker bus) on jobs that run `true`, and measures jobs/s end to
+// end and the CPU each job costs the worker process.
+//
+// So that the worker's CPU can be told apart, the embedded nats-server
+// (internal/natstest) and the driver that plays the scheduler run in a
+// child process: this test binary again, running TestWorkerBenchDriver.
+// The driver keeps one job per GPU in flight: for each job it writes the
+// job's record to the ledger bucket (dispatched to the host, as the
+// scheduler does before it orders) and publishes its dispatch order, and it
+// orders the next job on each done report. The benchmark process holds the
+// worker alone, so getrusage(RUSAGE_SELF) is the worker's own CPU
+// ("worker-cpu-us/job"), RUSAGE_CHILDREN the jobs' processes, reaped as
+// they end ("child-cpu-us/job"), and the driver reports the CPU of the
+// server and itself ("server+driver-cpu-us/job").
+//
+// "fresh" starts with an empty state directory; "started-50k" with the
+// record of 50,000 attempts started before (in the form older workers
+// wrote, which every version reads), as a worker has after days of short
+// jobs; "jobroot-shm" puts the attempts' directories on tmpfs (/dev/shm),
+// which shows what making and removing them on the disk costs.
+func BenchmarkWorkerPerJob(b *testing.B) {
+	b.Run("fresh", func(b *testing.B) { benchWorker(b, 0, "") })
+	b.Run("started-50k", func(b *testing.B) { benchWorker(b, 50_000, "") })
+	b.Run("jobroot-shm", func(b *testing.B) {
+		if fi, err := os.Stat("/dev/shm"); err != nil || !fi.IsDir() {
+			b.Skip("no /dev/shm")
+		}
+		dir, err := os.MkdirTemp("/dev/shm", "gpuq-bench-")
+		if err != nil {
+			b.Skip(err)
+		}
+		defer func() { _ = os.RemoveAll(dir) }() // the benchmark is over
+		benchWorker(b, 0, filepath.Join(dir, "jobs"))
+	})
+}
+
+// benchWorker runs the benchmark with a record of started attempts
+// before it, and the job root in jobRoot ("" for the default).
+func benchWorker(b *testing.B, started int, jobRoot string) {
+	gpu, err := nvmlgpu.Simulate("bench-h1", "dgxh100", 8)
+	if err != nil {
+		b.Skipf("no mock GPUs: %v", err) // a build without cgo
+	}
+	defer func() { _ = gpu.Close() }() // the benchmark is over
+	drv := startDriver(b)
+	nc, err := nats.Connect(drv.url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bus, err := natsbus.NewWorkerBus(js, subjects.Default, "h1", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	state := b.TempDir()
+	if started > 0 {
+		seedStarted(b, bus, state, started)
+	}
+	w, err := worker.New(worker.Config{Host: "h1", GPU: gpu, Bus: bus, StateDir: state, JobRoot: jobRoot,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Errorf("Run = %v", err)
+		}
+	}()
+	// A first round brings the worker up (its consumer, its first reads).
+	drv.run(b, 8)
+
+	self0, child0 := rusage(syscall.RUSAGE_SELF), rusage(syscall.RUSAGE_CHILDREN)
+	b.ResetTimer()
+	start := time.Now()
+	srv := drv.run(b, b.N)
+	wall := time.Since(start)
+	b.StopTimer()
+	self, child := rusage(syscall.RUSAGE_SELF)-self0, rusage(syscall.RUSAGE_CHILDREN)-child0
+	n := float64(b.N)
+	b.ReportMetric(n/wall.Seconds(), "jobs/s")
+	b.ReportMetric(float64(self.Microseconds())/n, "worker-cpu-us/job")
+	b.ReportMetric(float64(child.Microseconds())/n, "child-cpu-us/job")
+	b.ReportMetric(float64(srv.Microseconds())/n, "server+driver-cpu-us/job")
+}
+
+// seedStarted writes a record of n attempts started in the last days, of
+// the installation bus reads from, in the form older workers wrote
+// (started.json: one JSON object).
+func seedStarted(b *testing.B, bus *natsbus.WorkerBus, dir string, n int) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	inst, err := bus.Installation(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now()
+	old := map[string]time.Time{}
+	for i := range n {
+		old[fmt.Sprintf("old-%d/1", i)] = now.Add(-time.Duration(i) * 10 * time.Second)
+	}
+	data, err := json.Marshal(map[string]any{"installation": inst, "started": old})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "started.json"), data, 0o600); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// rusage is the user and system CPU of who.
+func rusage(who int) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(who, &ru); err != nil {
+		panic(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// driver is the child process holding the server and the scheduler's part.
+type driver struct {
+	cmd *exec.Cmd
+	in  io.Writer
+	out *bufio.Scanner
+	url string
+}
+
+const driverEnv = "GPUQ_WORKER_BENCH_DRIVER"
+
+func startDriver(b *testing.B) *driver {
+	b.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestWorkerBenchDriver$", "-test.v=false")
+	cmd.Env = append(os.Environ(), driverEnv+"=1")
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	d := &driver{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	b.Cleanup(func() {
+		_ = in.Close() // the driver ends at the end of its input
+		if err := cmd.Wait(); err != nil {
+			b.Errorf("driver: %v", err)
+		}
+	})
+	d.url = strings.TrimPrefix(d.line(b), "url ")
+	return d
+}
+
+// line reads the driver's next line of its protocol.
+func (d *driver) line(b *testing.B) string {
+	b.Helper()
+	for d.out.Scan() {
+		if l := d.out.Text(); strings.HasPrefix(l, "url ") || strings.HasPrefix(l, "done ") || strings.HasPrefix(l, "fail ") {
+			return l
+		}
+	}
+	b.Fatalf("the driver ended: %v", d.out.Err())
+	return ""
+}
+
+// run has the driver run n jobs and returns the CPU it used meanwhile.
+func (d *driver) run(b *testing.B, n int) time.Duration {
+	b.Helper()
+	if _, err := fmt.Fprintf(d.in, "run %d\n", n); err != nil {
+		b.Fatal(err)
+	}
+	l := d.line(b)
+	if strings.HasPrefix(l, "fail ") {
+		b.Fatal(l)
+	}
+	ns, err := strconv.ParseInt(strings.TrimPrefix(l, "done "), 10, 64)
+	if err != nil {
+		b.Fatal(l)
+	}
+	return time.Duration(ns)
+}
+
+// TestWorkerBenchDriver is BenchmarkWorkerPerJob's child process; it
+// skips unless run as one.
+func TestWorkerBenchDriver(t *testing.T) {
+	if os.Getenv(driverEnv) == "" {
+		t.Skip("the driver of BenchmarkWorkerPerJob")
+	}
+	srv := natstest.Start(t)
+	_, js := srv.JetStream(t)
+	ctx := context.Background()
+	n := subjects.Default
+	if err := natsbus.Setup(ctx, js, n, natsbus.SetupConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, n.LedgerBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("url %s\n", srv.URLs())
+	in := bufio.NewScanner(os.Stdin)
+	round := 0
+	for in.Scan() {
+		count, err := strconv.Atoi(strings.TrimPrefix(in.Text(), "run "))
+		if err != nil {
+			t.Fatalf("driver: %q", in.Text())
+		}
+		round++
+		cpu0 := rusage(syscall.RUSAGE_SELF)
+		if err := driveJobs(ctx, js, kv, n, round, count); err != nil {
+			fmt.Printf("fail %v\n", err)
+			continue
+		}
+		fmt.Printf("done %d\n", rusage(syscall.RUSAGE_SELF)-cpu0)
+	}
+}
+
+// driveJobs runs count jobs on host h1, one per GPU at a time, as a
+// scheduler would order them.
+func driveJobs(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, n subjects.Names, round, count int) error {
+	const gpus = 8
+	cons, err := js.OrderedConsumer(ctx, n.CmdStream(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{n.Report("h1")}, DeliverPolicy: jetstream.DeliverNewPolicy})
+	if err != nil {
+		return err
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
+	seq := uint64(round) << 32
+	next := 0
+	order := func() error {
+		next++
+		seq++
+		id := fmt.Sprintf("r%d-j%d", round, next)
+		rec, err := ledger.MarshalJob(&ledger.Job{ID: id, Account: "a", GPUs: 1, Command: []string{"true"},
+			Walltime: time.Minute, MaxAttempts: 3, State: ledger.StateDispatched, Attempt: 1, Host: "h1"})
+		if err != nil {
+			return err
+		}
+		if _, err := kv.Put(ctx, subjects.JobKey(id), rec); err != nil {
+			return err
+		}
+		m, err := wire.EncodeEffect(n, seq, time.Now(), 0, ledger.DispatchOrder{Host: "h1", Job: id, Account: "a",
+			Attempt: 1, GPUs: 1, Command: []string{"true"}, Walltime: time.Minute})
+		if err != nil {
+			return err
+		}
+		msg := nats.NewMsg(m.Subject)
+		msg.Data = m.Data
+		msg.Header.Set(subjects.MsgIDHeader, m.MsgID)
+		for k, v := range m.Header {
+			msg.Header.Set(k, v)
+		}
+		_, err = js.PublishMsg(ctx, msg)
+		return err
+	}
+	for range min(gpus, count) {
+		if err := order(); err != nil {
+			return err
+		}
+	}
+	for ended := 0; ended < count; {
+		m, err := it.Next()
+		if err != nil {
+			return err
+		}
+		r, err := wire.DecodeReport("h1", m.Data())
+		if err != nil {
+			return err
+		}
+		switch r.Type {
+		case ledger.ReportRejected:
+			return fmt.Errorf("%s attempt %d rejected: %s", r.Job, r.Attempt, r.Reason)
+		case ledger.ReportDone:
+			if r.ExitCode != 0 {
+				return fmt.Errorf("%s exited %d", r.Job, r.ExitCode)
+			}
+			ended++
+			if next < count {
+				if err := order(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
