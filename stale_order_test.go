@@ -1,3 +1,5 @@
+//go:build cgo
+
 // End-to-end tests of orders that must not run, or cannot: the real
 // scheduler and real workers on simulated GPUs, on an embedded nats-server.
 // An order left with a worker that died is never run once its attempt was

@@ -1,3 +1,5 @@
+//go:build cgo
+
 // End-to-end tests of the worker daemon: the real scheduler and one or two
 // real workers on simulated GPUs (go-nvml's mock servers), running real
 // child processes through sh, on an embedded nats-server. Each test ends

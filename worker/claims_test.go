@@ -1,3 +1,5 @@
+//go:build cgo
+
 // Claim tests against go-nvml's mock servers (through nvmlgpu.Simulate):
 // which devices count as free, all-or-nothing claims, and claims made
 // concurrently never sharing a device.

@@ -501,9 +501,30 @@ func clearXattrs(path string) bool {
 // under another uid become this one.
 var sharedDirs = []string{"/tmp", "/var/tmp", "/dev/shm"}
 
+// passable reports whether uid (a pool uid, whose gid is the same number
+// and who has no other groups) may pass through dir, owned by someone
+// else: by its mode bits, or by an access ACL, which may name the uid
+// (another attempt's uid can grant it one on its own directory) and is
+// then bounded by the group bits, its mask.
+func passable(dir string, st *syscall.Stat_t, uid uint32) bool {
+	switch {
+	case st.Mode&0o001 != 0:
+		return true
+	case st.Mode&0o010 == 0:
+		return false
+	case st.Gid == uid:
+		return true
+	}
+	_, err := syscall.Getxattr(dir, "system.posix_acl_access", nil)
+	// No ACL reads as ENODATA; anything else (an ACL, or an error that
+	// says nothing) is walked, as before.
+	return !errors.Is(err, syscall.ENODATA)
+}
+
 // removeOwned removes every file and directory owned by uid under roots,
 // not looking into skip (the job root, whose attempt directories are
-// handled on their own). Symbolic links are removed, never followed.
+// handled on their own) or into directories uid could not pass through.
+// Symbolic links are removed, never followed.
 func removeOwned(uid uint32, roots []string, skip string) error {
 	var errs []error
 	for _, root := range roots {
@@ -528,7 +549,18 @@ func removeOwned(uid uint32, roots []string, skip string) error {
 				return nil
 			}
 			st, ok := info.Sys().(*syscall.Stat_t)
-			if !ok || st.Uid != uid {
+			if !ok {
+				return nil
+			}
+			if st.Uid != uid {
+				if d.IsDir() && !passable(path, st, uid) {
+					// Nothing under it can be the uid's: it could not reach
+					// it to create anything. Most of what other software
+					// keeps in /tmp is such (0700 build and cache
+					// directories), and walking it made the walk most of a
+					// worker's CPU per job.
+					return fs.SkipDir
+				}
 				return nil
 			}
 			if err := os.RemoveAll(path); err != nil {

@@ -750,10 +750,26 @@ func TestSandboxPoolUIDLeavesNothingBehind(t *testing.T) {
 			bus := newFakeBus()
 			startSandboxed(t, m, bus, 1, nil)
 			tag := fmt.Sprintf("gpuq-left-%d", rand.Uint64())
-			left := []string{"/tmp/" + tag, "/var/tmp/" + tag + "-dir", "/tmp/" + tag + "-suid"}
+			// A world-writable directory inside one the uid may only
+			// pass through, and one it may not even pass through: the walk
+			// looks into the first and skips the second.
+			pub, closed := "/tmp/"+tag+"-pub", "/tmp/"+tag+"-closed"
+			for _, d := range []struct {
+				path string
+				mode os.FileMode
+			}{{pub, 0o755}, {pub + "/open", 0o777 | os.ModeSticky}, {closed, 0o700}} {
+				if err := os.Mkdir(d.path, d.mode); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chmod(d.path, d.mode); err != nil { // past the umask
+					t.Fatal(err)
+				}
+			}
+			t.Cleanup(func() { _ = os.RemoveAll(pub); _ = os.RemoveAll(closed) }) // test teardown
+			left := []string{"/tmp/" + tag, "/var/tmp/" + tag + "-dir", "/tmp/" + tag + "-suid", pub + "/open/nested"}
 			bus.sendOrder(t, dispatchOrder("leaver", 1, 1, "sh", "-c",
-				fmt.Sprintf(`echo secret > %s; mkdir %s && echo x > %s/f; cp /bin/sh %s && chmod 4755 %s; echo "child=$$"`,
-					left[0], left[1], left[1], left[2], left[2])))
+				fmt.Sprintf(`echo secret > %s; mkdir %s && echo x > %s/f; cp /bin/sh %s && chmod 4755 %s; echo y > %s || exit 3; echo "child=$$"`,
+					left[0], left[1], left[1], left[2], left[2], left[3])))
 			if r := bus.nextReport(t); r.Type != ledger.ReportStarted {
 				t.Fatalf("first report %+v, want started", r)
 			}
