@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // A job is the attacker: it must not reach the worker's credentials, the
@@ -160,6 +161,19 @@ type sandbox struct {
 	// the next.
 	spare  []string
 	spareN int
+
+	// dirty are pool ids whose attempts have ended, waiting for the walk
+	// of the shared directories (see removeOwned) before they go back to
+	// free: one walk takes every id released meanwhile, instead of a walk
+	// per attempt. cleaning says a cleaner goroutine runs; freed is
+	// signalled, on mu, when ids go back to free.
+	dirty    []uint32
+	cleaning bool
+	freed    *sync.Cond
+	hurry    chan struct{} // a prepare waits for an id: walk now
+	// report is told of a walk that failed (the ids still go back, as
+	// they always did); set by the worker.
+	report func(error)
 }
 
 // maxSpare bounds the spare directories kept: more than the attempts that
@@ -186,6 +200,7 @@ var (
 func newSandbox(cfg *Config) (*sandbox, error) {
 	s := &sandbox{root: filepath.Clean(cfg.JobRoot), uids: cfg.JobUIDs, keep: cfg.KeepAttemptDirs,
 		self: os.Geteuid(), used: map[uint32]struct{}{}}
+	s.freed, s.hurry = sync.NewCond(&s.mu), make(chan struct{}, 1)
 	if err := s.uids.check(); err != nil {
 		return nil, fmt.Errorf("worker: Config.JobUIDs: %w", err)
 	}
@@ -254,6 +269,7 @@ func (s *sandbox) register(host string) error {
 }
 
 func (s *sandbox) unregister() {
+	s.settle()
 	poolsMu.Lock()
 	delete(pools, s)
 	poolsMu.Unlock()
@@ -290,9 +306,13 @@ func (s *sandbox) prepare(a Attempt) (*jail, error) {
 	j := &jail{dir: s.dirOf(a), pooled: s.pooled()}
 	if j.pooled {
 		s.mu.Lock()
-		if len(s.free) == 0 {
-			s.mu.Unlock()
-			return nil, fmt.Errorf("every job uid of %s is in use", s.uids)
+		for len(s.free) == 0 {
+			if len(s.dirty) == 0 && !s.cleaning {
+				s.mu.Unlock()
+				return nil, fmt.Errorf("every job uid of %s is in use", s.uids)
+			}
+			s.hurryCleaner()
+			s.freed.Wait() // the cleaner's walk ends
 		}
 		j.uid = s.free[0]
 		s.free = s.free[1:]
@@ -337,10 +357,95 @@ func (s *sandbox) release(j *jail) error {
 		err = fmt.Errorf("clean up the attempt directory: %w", err)
 	}
 	if j.pooled {
-		err = errors.Join(err, removeOwned(j.uid, sharedDirs, s.root))
+		s.clean(j.uid)
 	}
-	s.giveBack(j)
 	return err
+}
+
+// clean hands uid, whose attempt has ended, to the cleaner: it goes back
+// to the pool once what it left in the shared directories is removed.
+func (s *sandbox) clean(uid uint32) {
+	s.mu.Lock()
+	delete(s.used, uid)
+	s.dirty = append(s.dirty, uid)
+	s.startCleaner()
+	s.mu.Unlock()
+}
+
+// cleaner walks the shared directories for every dirty id at once, gives
+// them back, and goes on while more are dirty.
+func (s *sandbox) cleaner() {
+	for {
+		s.mu.Lock()
+		batch := s.dirty
+		s.dirty = nil
+		if len(batch) == 0 {
+			s.cleaning = false
+			s.freed.Broadcast()
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+		err := removeOwned(batch, sharedDirs, s.root)
+		s.mu.Lock()
+		s.free = append(s.free, batch...)
+		s.freed.Broadcast()
+		s.mu.Unlock()
+		if err != nil && s.report != nil {
+			s.report(err)
+		}
+		// Let releases gather, unless a prepare waits for an id: a walk
+		// costs what is in the shared directories (milliseconds on a
+		// busy host), the same for one id as for many.
+		t := time.NewTimer(cleanEvery)
+		select {
+		case <-t.C:
+		case <-s.hurry:
+		}
+		t.Stop()
+	}
+}
+
+// cleanEvery is the least time between two walks of the shared
+// directories while ids are free.
+const cleanEvery = 50 * time.Millisecond
+
+// hurryCleaner asks the cleaner for its next walk now.
+func (s *sandbox) hurryCleaner() {
+	select {
+	case s.hurry <- struct{}{}:
+	default:
+	}
+}
+
+// cleanAll hands every free pool id to the cleaner, as if each had just
+// ended an attempt.
+func (s *sandbox) cleanAll() {
+	s.mu.Lock()
+	s.dirty = append(s.dirty, s.free...)
+	s.free = nil
+	s.startCleaner()
+	s.mu.Unlock()
+}
+
+// startCleaner starts the cleaner unless it runs or nothing is dirty.
+// Called with s.mu held.
+func (s *sandbox) startCleaner() {
+	if s.cleaning || len(s.dirty) == 0 {
+		return
+	}
+	s.cleaning = true
+	go s.cleaner()
+}
+
+// settle waits until the ids of every ended attempt are back in the pool.
+func (s *sandbox) settle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.cleaning {
+		s.hurryCleaner()
+		s.freed.Wait()
+	}
 }
 
 // takeSpare renames a spare directory to dir, and reports whether it did.

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -501,18 +502,18 @@ func clearXattrs(path string) bool {
 // under another uid become this one.
 var sharedDirs = []string{"/tmp", "/var/tmp", "/dev/shm"}
 
-// passable reports whether uid (a pool uid, whose gid is the same number
-// and who has no other groups) may pass through dir, owned by someone
+// passable reports whether one of uids (pool uids, whose gids are the same
+// numbers and who have no other groups) may pass through dir, owned by someone
 // else: by its mode bits, or by an access ACL, which may name the uid
 // (another attempt's uid can grant it one on its own directory) and is
 // then bounded by the group bits, its mask.
-func passable(dir string, st *syscall.Stat_t, uid uint32) bool {
+func passable(dir string, st *syscall.Stat_t, uids []uint32) bool {
 	switch {
 	case st.Mode&0o001 != 0:
 		return true
 	case st.Mode&0o010 == 0:
 		return false
-	case st.Gid == uid:
+	case slices.Contains(uids, st.Gid):
 		return true
 	}
 	_, err := syscall.Getxattr(dir, "system.posix_acl_access", nil)
@@ -521,11 +522,11 @@ func passable(dir string, st *syscall.Stat_t, uid uint32) bool {
 	return !errors.Is(err, syscall.ENODATA)
 }
 
-// removeOwned removes every file and directory owned by uid under roots,
-// not looking into skip (the job root, whose attempt directories are
-// handled on their own) or into directories uid could not pass through.
-// Symbolic links are removed, never followed.
-func removeOwned(uid uint32, roots []string, skip string) error {
+// removeOwned removes every file and directory owned by one of uids under
+// roots, not looking into skip (the job root, whose attempt directories
+// are handled on their own) or into directories none of uids could pass
+// through. Symbolic links are removed, never followed.
+func removeOwned(uids []uint32, roots []string, skip string) error {
 	var errs []error
 	for _, root := range roots {
 		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -552,8 +553,8 @@ func removeOwned(uid uint32, roots []string, skip string) error {
 			if !ok {
 				return nil
 			}
-			if st.Uid != uid {
-				if d.IsDir() && !passable(path, st, uid) {
+			if !slices.Contains(uids, st.Uid) {
+				if d.IsDir() && !passable(path, st, uids) {
 					// Nothing under it can be the uid's: it could not reach
 					// it to create anything. Most of what other software
 					// keeps in /tmp is such (0700 build and cache
@@ -576,7 +577,7 @@ func removeOwned(uid uint32, roots []string, skip string) error {
 		}
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("remove what uid %d left in %v: %w", uid, roots, errors.Join(errs...))
+		return fmt.Errorf("remove what uids %v left in %v: %w", uids, roots, errors.Join(errs...))
 	}
 	return nil
 }

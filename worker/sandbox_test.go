@@ -748,7 +748,7 @@ func TestSandboxPoolUIDLeavesNothingBehind(t *testing.T) {
 		}
 		t.Run(m.name, func(t *testing.T) {
 			bus := newFakeBus()
-			startSandboxed(t, m, bus, 1, nil)
+			f, _ := startSandboxed(t, m, bus, 1, nil)
 			tag := fmt.Sprintf("gpuq-left-%d", rand.Uint64())
 			// A world-writable directory inside one the uid may only
 			// pass through, and one it may not even pass through: the walk
@@ -777,6 +777,7 @@ func TestSandboxPoolUIDLeavesNothingBehind(t *testing.T) {
 			if r := bus.nextReport(t); r.Type != ledger.ReportDone || r.ExitCode != 0 {
 				t.Fatalf("second report %+v, want done with exit 0\n%s", r, bus.output("leaver", 1))
 			}
+			f.w.jobs.settle() // the uid is back in the pool: its walk is done
 			for _, p := range left {
 				if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
 					t.Errorf("%s outlived its attempt: %v", p, err)

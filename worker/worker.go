@@ -242,6 +242,7 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	log := cfg.Logger.With("component", "worker", "worker", cfg.Host)
+	jobs.report = func(err error) { log.Warn("remove what ended attempts' users left in the shared directories", slog.Any("err", err)) }
 	return &Worker{cfg: cfg, log: log,
 		claims: NewClaims(cfg.GPU, cfg.MaxUsedMiB), state: state, jobs: jobs, abort: make(chan struct{}),
 		leftovers:  newOutage(log, "processes of an attempt survive SIGKILL; its GPUs stay held, and retrying", "the processes left by attempts are gone"),
@@ -298,6 +299,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	defer w.jobs.unregister()
+	// What a pool uid left when an earlier life of this worker was killed
+	// between its attempt's end and the walk goes before the uid is used.
+	w.jobs.cleanAll()
 	w.jobs.describe(w.log)
 	// What attempts of an earlier life left (a worker killed with SIGKILL
 	// leaves every process that left its job's process group) is killed

@@ -45,7 +45,7 @@ func defaultDevData() string {
 	return filepath.Join(".gpuq", "dev")
 }
 
-// devJobUIDs is the job uid pool of a gpuq dev run as root: 16 ids of its
+// devJobUIDs is the job uid pool of a gpuq dev run as root: 64 ids of its
 // own, named by the data directory (so a restart finds its leftovers, and
 // two dev runs on other data do not share ids), far above any user's.
 func devJobUIDs(data string) worker.IDRange {
@@ -55,8 +55,8 @@ func devJobUIDs(data string) worker.IDRange {
 	}
 	h := fnv.New32a()
 	h.Write([]byte(abs))
-	first := 1_000_000 + h.Sum32()%100_000*16
-	return worker.IDRange{First: first, Last: first + 15}
+	first := 1_000_000 + h.Sum32()%100_000*64
+	return worker.IDRange{First: first, Last: first + 63}
 }
 
 // invokedAs is how the user ran this binary, for the commands dev prints.
