@@ -242,7 +242,9 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	log := cfg.Logger.With("component", "worker", "worker", cfg.Host)
-	jobs.report = func(err error) { log.Warn("remove what ended attempts' users left in the shared directories", slog.Any("err", err)) }
+	jobs.report = func(err error) {
+		log.Warn("remove what ended attempts' users left in the shared directories", slog.Any("err", err))
+	}
 	return &Worker{cfg: cfg, log: log,
 		claims: NewClaims(cfg.GPU, cfg.MaxUsedMiB), state: state, jobs: jobs, abort: make(chan struct{}),
 		leftovers:  newOutage(log, "processes of an attempt survive SIGKILL; its GPUs stay held, and retrying", "the processes left by attempts are gone"),
