@@ -211,14 +211,14 @@ func (t *term) observe(e LogEntry, cmd ledger.Command, res ledger.Result, began 
 }
 
 // measuredFlush is flush, measured.
-func (t *term) measuredFlush(ctx context.Context) error {
-	m := t.s.cfg.Metrics
+func (s *Service) measuredFlush(ctx context.Context, b *batch) error {
+	m := s.cfg.Metrics
 	if m == nil {
-		return t.flush(ctx)
+		return s.flush(ctx, b)
 	}
-	records, effects := len(t.changed), len(t.msgs)
+	records, effects := len(b.recs), len(b.history)+len(b.rest)
 	began := time.Now()
-	err := t.flush(ctx)
+	err := s.flush(ctx, b)
 	m.Flushed(time.Since(began), records, effects, err)
 	if errors.Is(err, ErrConflict) {
 		m.Conflict()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -487,6 +488,11 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 	if s.cfg.Hooks.Leading != nil {
 		s.cfg.Hooks.Leading()
 	}
+	fl := s.startFlusher(tctx)
+	defer func() {
+		cancel() // a batch in flight ends with the term
+		fl.stop()
+	}()
 	facts := s.startFacts(tctx, t.core, began)
 	defer facts.end()
 	tick := time.NewTicker(s.cfg.DecideInterval)
@@ -524,6 +530,12 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 				return errors.New("the hosts watch ended")
 			}
 			t.host(u)
+		case r := <-fl.out:
+			fl.busy = false
+			if r.err != nil {
+				return r.err
+			}
+			t.checkpointed(r.seq)
 		case <-tick.C:
 			if err := fol.Err(); err != nil && len(fol.C()) == 0 {
 				return fmt.Errorf("command log: %w", err)
@@ -548,10 +560,18 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 			}
 			lastRenew = now
 		}
-		if t.applied >= t.ahead && (len(t.changed) > 0 || len(t.msgs) > 0) {
-			if err := t.measuredFlush(ctx); err != nil {
+		if !fl.busy && t.applied >= t.ahead && (len(t.changed) > 0 || len(t.msgs) > 0) {
+			b, err := t.prepare()
+			if err != nil {
 				return err
 			}
+			fl.send(b)
+		}
+		if fl.halted.Load() {
+			// A batch failed: store nothing more, as a crash there would
+			// not; its outcome says why.
+			r := <-fl.out
+			return r.err
 		}
 		if t.caught && t.applied >= t.ahead {
 			t.decide(ctx, now)
@@ -669,68 +689,147 @@ func splitHistory(n subjects.Names, msgs []wire.Message) (history, rest []wire.M
 	return history, rest
 }
 
-// flush persists the changed records, sends the effects, then moves the
-// checkpoint: a crash at any point leaves a state from which a new term
-// recomputes the same records and re-sends the same effects, which the
-// servers de-duplicate.
-func (t *term) flush(ctx context.Context) error {
-	hooks := t.s.cfg.Hooks
-	recs := make([]Record, 0, len(t.changed))
+// batch is one flush: the records of the keys that changed and the effects
+// of the commands folded since the last one, encoded on the service
+// goroutine and carried out in order on the term's flusher.
+type batch struct {
+	applied uint64 // the last sequence folded into it: its checkpoint
+	recs    []Record
+	// history are the final records of archived jobs, sent before any
+	// record is written; rest the other effects, sent after.
+	history, rest []wire.Message
+}
+
+// flushed is the outcome of a batch: its checkpoint, or why it failed.
+type flushed struct {
+	seq uint64
+	err error
+}
+
+// prepare takes what was folded since the last batch into a new one and
+// starts the next: the records are encoded now, as the state stands, so
+// the fold can go on while the batch is written.
+func (t *term) prepare() (*batch, error) {
+	b := &batch{applied: t.applied, recs: make([]Record, 0, len(t.changed))}
 	for _, k := range t.changed {
 		rec, err := t.record(k)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		recs = append(recs, rec)
+		b.recs = append(b.recs, rec)
 	}
+	b.history, b.rest = splitHistory(t.s.cfg.Names, t.msgs)
+	t.changed, t.msgs = t.changed[:0], t.msgs[:0] // splitHistory copied them
+	clear(t.marked)
+	clear(t.archived)
+	return b, nil
+}
+
+// flusher carries out a term's batches one at a time, in order, on a
+// goroutine of its own: while one is written, the service goroutine folds
+// the commands that will make the next. Only the flusher uses the Store
+// while the term runs.
+type flusher struct {
+	in   chan *batch
+	out  chan flushed
+	busy bool // a batch is in flight: sent on in, its outcome not yet read from out
+	// halted is set once a batch failed, so the service goroutine stops
+	// storing decisions before it has read why.
+	halted atomic.Bool
+	done   chan struct{}
+}
+
+// startFlusher starts the term's flusher, which runs until stop.
+func (s *Service) startFlusher(ctx context.Context) *flusher {
+	f := &flusher{in: make(chan *batch, 1), out: make(chan flushed, 1), done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		for b := range f.in {
+			err := s.measuredFlush(ctx, b)
+			if err != nil {
+				f.halted.Store(true)
+			}
+			f.out <- flushed{seq: b.applied, err: err} // room for it: one batch in flight at most
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return f
+}
+
+// send hands b to the flusher, which must not be busy.
+func (f *flusher) send(b *batch) {
+	f.busy = true
+	f.in <- b
+}
+
+// stop ends the flusher and waits for it; the caller has cancelled the
+// context of any batch in flight.
+func (f *flusher) stop() {
+	close(f.in)
+	<-f.done
+}
+
+// flush persists the changed records, sends the effects, then moves the
+// checkpoint: a crash at any point leaves a state from which a new term
+// recomputes the same records and re-sends the same effects, which the
+// servers de-duplicate. Each step waits for the acknowledgements of the
+// one before: no effect is sent before the records it follows from are
+// stored, and the checkpoint moves only once both are.
+func (s *Service) flush(ctx context.Context, b *batch) error {
+	hooks := s.cfg.Hooks
 	// The final records of archived jobs reach the history stream before
 	// their keys are deleted: however a flush is cut short, no record is
 	// only in a deleted key. (Sent again after a cut, a record is the same
 	// message, de-duplicated within the window and identical after it.)
-	history, rest := splitHistory(t.s.cfg.Names, t.msgs)
-	if len(history) > 0 {
-		if _, err := t.s.cfg.Publisher.Publish(ctx, history); err != nil {
-			return fmt.Errorf("send the history of archived jobs through %d: %w", t.applied, err)
+	if len(b.history) > 0 {
+		if _, err := s.cfg.Publisher.Publish(ctx, b.history); err != nil {
+			return fmt.Errorf("send the history of archived jobs through %d: %w", b.applied, err)
 		}
 	}
+	recs := b.recs
 	if hooks.CutPersist != nil {
-		if n := hooks.CutPersist(t.applied, len(recs)); n < len(recs) {
-			if err := t.s.cfg.Store.Write(ctx, recs[:max(n, 0)]); err != nil {
-				return fmt.Errorf("persist through %d: %w", t.applied, err)
+		if n := hooks.CutPersist(b.applied, len(recs)); n < len(recs) {
+			if err := s.cfg.Store.Write(ctx, recs[:max(n, 0)]); err != nil {
+				return fmt.Errorf("persist through %d: %w", b.applied, err)
 			}
-			return fmt.Errorf("cut after %d of %d records at %d: %w", n, len(recs), t.applied, ErrStopped)
+			return fmt.Errorf("cut after %d of %d records at %d: %w", n, len(recs), b.applied, ErrStopped)
 		}
 	}
-	if err := t.s.cfg.Store.Write(ctx, recs); err != nil {
-		return fmt.Errorf("persist through %d: %w", t.applied, err)
+	if err := s.cfg.Store.Write(ctx, recs); err != nil {
+		return fmt.Errorf("persist through %d: %w", b.applied, err)
 	}
 	if hooks.AfterPersist != nil {
-		if err := hooks.AfterPersist(t.applied); err != nil {
+		if err := hooks.AfterPersist(b.applied); err != nil {
 			return fmt.Errorf("%v: %w", err, ErrStopped)
 		}
 	}
-	if _, err := t.s.cfg.Publisher.Publish(ctx, rest); err != nil {
-		return fmt.Errorf("send effects through %d: %w", t.applied, err)
+	if _, err := s.cfg.Publisher.Publish(ctx, b.rest); err != nil {
+		return fmt.Errorf("send effects through %d: %w", b.applied, err)
 	}
 	if hooks.AfterEffects != nil {
-		if err := hooks.AfterEffects(t.applied); err != nil {
+		if err := hooks.AfterEffects(b.applied); err != nil {
 			return fmt.Errorf("%v: %w", err, ErrStopped)
 		}
 	}
-	if err := t.s.cfg.Store.Checkpoint(ctx, t.applied); err != nil {
-		return fmt.Errorf("checkpoint %d: %w", t.applied, err)
+	if err := s.cfg.Store.Checkpoint(ctx, b.applied); err != nil {
+		return fmt.Errorf("checkpoint %d: %w", b.applied, err)
 	}
-	t.s.log.Debug("flushed", slog.Uint64("seq", t.applied), slog.Int("records", len(recs)), slog.Int("effects", len(t.msgs)))
-	t.changed, t.msgs = t.changed[:0], t.msgs[:0]
-	clear(t.marked)
-	clear(t.archived)
-	if len(t.samples) == 0 || t.s.cfg.NowFunc().Sub(t.samples[len(t.samples)-1].at) >= time.Minute {
-		t.samples = append(t.samples, sample{seq: t.applied, at: t.s.cfg.NowFunc()})
-	}
+	s.log.Debug("flushed", slog.Uint64("seq", b.applied), slog.Int("records", len(recs)), slog.Int("effects", len(b.history)+len(b.rest)))
 	if hooks.Checkpointed != nil {
-		hooks.Checkpointed(t.applied)
+		hooks.Checkpointed(b.applied)
 	}
 	return nil
+}
+
+// checkpointed records that the flusher checkpointed seq: the log may be
+// trimmed up to it once RetainApplied has passed.
+func (t *term) checkpointed(seq uint64) {
+	now := t.s.cfg.NowFunc()
+	if len(t.samples) == 0 || now.Sub(t.samples[len(t.samples)-1].at) >= time.Minute {
+		t.samples = append(t.samples, sample{seq: seq, at: now})
+	}
 }
 
 // record encodes the current version of key k.

@@ -23,6 +23,10 @@ import (
 type Worker struct {
 	bus  *natsbus.WorkerBus
 	host string
+	// Received, if set, is called with each dispatch order as it is
+	// taken, before anything is reported (benchmarks time dispatches with
+	// it). Set it before Run.
+	Received func(ledger.DispatchOrder)
 	// Done counts the attempts reported done.
 	Done atomic.Int64
 }
@@ -78,6 +82,9 @@ func (w *Worker) handle(ctx context.Context, eff ledger.Effect, ack func(context
 	d, ok := eff.(ledger.DispatchOrder)
 	if !ok {
 		return ack(ctx) // a cancel: nothing runs, so nothing to stop
+	}
+	if w.Received != nil {
+		w.Received(d)
 	}
 	devs := make([]string, d.GPUs)
 	for i := range devs {
