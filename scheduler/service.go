@@ -489,9 +489,11 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 		s.cfg.Hooks.Leading()
 	}
 	fl := s.startFlusher(tctx)
+	dp := s.startDecisions(tctx)
 	defer func() {
-		cancel() // a batch in flight ends with the term
+		cancel() // a batch or decisions in flight end with the term
 		fl.stop()
+		dp.stop()
 	}()
 	facts := s.startFacts(tctx, t.core, began)
 	defer facts.end()
@@ -530,6 +532,9 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 				return errors.New("the hosts watch ended")
 			}
 			t.host(u)
+		case r := <-dp.out:
+			dp.busy = false
+			t.stored(r)
 		case r := <-fl.out:
 			fl.busy = false
 			if r.err != nil {
@@ -574,8 +579,10 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 			return r.err
 		}
 		if t.caught && t.applied >= t.ahead {
-			t.decide(ctx, now)
-			facts.after(t, now) // after the checkpoint and the pass; queues only, never waits on I/O
+			if !dp.busy {
+				t.decide(dp, now)
+			}
+			facts.after(t, now) // after the pass; queues only, never waits on I/O
 		}
 		if s.cfg.RetainApplied > 0 && now.After(nextTrim) {
 			t.trim(ctx, now)
@@ -868,15 +875,60 @@ func (t *term) host(u HostUpdate) {
 	t.core.SetHost(*u.Host, t.s.cfg.NowFunc())
 }
 
-// decide publishes the core's decisions onto the log. A decision that cannot
-// be published is abandoned, to be made again on a later pass.
-func (t *term) decide(ctx context.Context, now time.Time) {
+// decisions are the decisions of one pass, on their way to the log.
+type decisions struct {
+	msgs []wire.Message
+	sent []ledger.Command
+	// expects is set when sending them set the term's expectBy, and
+	// applied is the last sequence folded then.
+	expects bool
+	applied uint64
+}
+
+// decisionsStored is how a pass's decisions fared: how many the log stored
+// anew, or why they were not stored.
+type decisionsStored struct {
+	d      *decisions
+	stored int
+	err    error
+}
+
+// decisionPublisher stores a term's decisions on the log on a goroutine of
+// its own, one pass at a time, so the service goroutine folds meanwhile.
+type decisionPublisher struct {
+	in   chan *decisions
+	out  chan decisionsStored
+	busy bool // a pass is in flight
+	done chan struct{}
+}
+
+func (s *Service) startDecisions(ctx context.Context) *decisionPublisher {
+	p := &decisionPublisher{in: make(chan *decisions, 1), out: make(chan decisionsStored, 1), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		for d := range p.in {
+			stored, err := s.cfg.Publisher.Publish(ctx, d.msgs)
+			p.out <- decisionsStored{d: d, stored: stored, err: err} // room for it: one pass in flight at most
+		}
+	}()
+	return p
+}
+
+// stop ends the publisher and waits for it; the caller has cancelled the
+// context of a pass in flight.
+func (p *decisionPublisher) stop() {
+	close(p.in)
+	<-p.done
+}
+
+// decide hands the core's decisions to p, which must not be busy, to be
+// stored on the log; [term.stored] takes the outcome.
+func (t *term) decide(p *decisionPublisher, now time.Time) {
 	cmds := t.core.Decide(t.state, now)
 	if len(cmds) == 0 {
 		return
 	}
-	msgs := make([]wire.Message, 0, len(cmds))
-	var sent []ledger.Command
+	d := &decisions{msgs: make([]wire.Message, 0, len(cmds)), applied: t.applied}
 	for _, c := range cmds {
 		msg, err := wire.EncodeCommand(t.s.cfg.Names, c)
 		if err != nil {
@@ -884,26 +936,42 @@ func (t *term) decide(ctx context.Context, now time.Time) {
 			t.core.Abandon(t.state, c)
 			continue
 		}
-		msgs = append(msgs, wire.WithNonce(msg, t.nonce))
-		sent = append(sent, c)
+		d.msgs = append(d.msgs, wire.WithNonce(msg, t.nonce))
+		d.sent = append(d.sent, c)
 	}
-	stored, err := t.s.cfg.Publisher.Publish(ctx, msgs)
-	if err != nil {
-		t.publishing.failed(t.s.log, "cannot publish decisions; deciding again later", slog.Int("decisions", len(msgs)), slog.Any("err", err))
-		for _, c := range sent {
+	if len(d.msgs) == 0 {
+		return
+	}
+	// The decisions come back through the follower, perhaps before their
+	// acknowledgements do: the follower must deliver something by then.
+	if t.expectBy.IsZero() {
+		t.expectBy, d.expects = now.Add(followStallTimeout), true
+	}
+	p.busy = true
+	p.in <- d
+}
+
+// stored takes the outcome of a pass's decisions. Decisions that could not
+// be published are abandoned, to be made again on a later pass.
+func (t *term) stored(r decisionsStored) {
+	d := r.d
+	// Only decisions stored anew come back through the follower: ones the
+	// log already had (decided again by this term inside the duplicate
+	// window) bring nothing to wait for. Nothing folded since they were
+	// sent means nothing has cleared the wait they set.
+	if (r.err != nil || r.stored == 0) && d.expects && t.applied == d.applied {
+		t.expectBy = time.Time{}
+	}
+	if r.err != nil {
+		t.publishing.failed(t.s.log, "cannot publish decisions; deciding again later", slog.Int("decisions", len(d.msgs)), slog.Any("err", r.err))
+		for _, c := range d.sent {
 			t.core.Abandon(t.state, c)
 		}
 		return
 	}
 	t.publishing.ok(t.s.log, "publishing decisions again")
-	t.decided(sent)
-	// Only decisions stored anew come back through the follower: ones the
-	// log already had (decided again by this term inside the duplicate
-	// window) bring nothing to wait for.
-	if stored > 0 && t.expectBy.IsZero() {
-		t.expectBy = now.Add(followStallTimeout)
-	}
-	t.s.log.Debug("decided", slog.Int("decisions", len(sent)))
+	t.decided(d.sent)
+	t.s.log.Debug("decided", slog.Int("decisions", len(d.sent)))
 }
 
 // trim drops log entries that were applied longer than RetainApplied ago.
