@@ -168,3 +168,64 @@ func TestFoldGoesOnWhileABatchIsWritten(t *testing.T) {
 		}
 	})
 }
+
+func TestFoldWaitsForTheFlusherPastMaxBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ops := &opLog{}
+		store := &gateStore{ops: ops, gate: make(chan struct{})}
+		log := &chanLog{c: make(chan scheduler.LogEntry)}
+		svc, err := scheduler.New(scheduler.Config{Store: store, Lease: &fakeLease{}, CommandLog: log,
+			Publisher: &opPublisher{ops: ops}, Hosts: fakeHosts{}, Logger: slog.New(&logRecords{}), MaxBatch: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- svc.Run(ctx) }()
+		n := subjects.Default
+		admin, err := wire.EncodeAdmin(n, ledger.Admin{Account: "a", ID: "create", Op: ledger.OpCreate, Balance: 1000})
+		log.c <- logEntry(t, 1, admin, err)
+		synctest.Wait()
+		// The first batch's write waits: two more commands make the next
+		// batch full, and the third is not read until the write ends.
+		var sent [3]chan struct{}
+		for i := range sent {
+			m, err := wire.EncodeSubmit(n, ledger.Submit{Account: "a", ID: fmt.Sprintf("j%d", i), GPUs: 1, Cost: 1,
+				Command: []string{"true"}, Walltime: time.Hour})
+			sent[i] = make(chan struct{})
+			go func() { log.c <- logEntry(t, uint64(i+2), m, err); close(sent[i]) }()
+			synctest.Wait()
+		}
+		select {
+		case <-sent[1]:
+		default:
+			cancel()
+			t.Fatal("the second command after the first batch was not read while its write waited")
+		}
+		select {
+		case <-sent[2]:
+			cancel()
+			t.Fatal("a third command was read into a batch of MaxBatch 2 while the flusher was busy")
+		default:
+		}
+		store.gate <- struct{}{}
+		synctest.Wait()
+		select {
+		case <-sent[2]:
+		default:
+			cancel()
+			t.Fatal("the third command was not read once the flusher was free")
+		}
+		store.gate <- struct{}{}
+		synctest.Wait()
+		store.gate <- struct{}{}
+		synctest.Wait()
+		if got := ops.all(); got[len(got)-1] != "checkpoint 4" {
+			t.Errorf("flusher calls end %q, want checkpoint 4: %q", got[len(got)-1], got)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v, want nil", err)
+		}
+	})
+}

@@ -373,6 +373,7 @@ type term struct {
 	marked  map[ledger.Key]bool
 	msgs    []wire.Message
 	caught  bool // the last folded entry was the log's last
+	folded  int  // commands folded since the last batch was prepared
 	// nonce ends the de-duplication id of every decision the term
 	// publishes. It is secret to this term, so no other publisher on the
 	// command stream can take a decision's id first and have it dropped
@@ -503,10 +504,16 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 	lastRenew := s.cfg.NowFunc()
 	nextTrim := lastRenew.Add(time.Minute)
 	for {
+		// While a batch is written the next one grows, up to MaxBatch
+		// commands; then the fold waits for the flusher.
+		entries := fol.C()
+		if fl.busy && t.folded >= s.cfg.MaxBatch {
+			entries = nil
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case e, ok := <-fol.C():
+		case e, ok := <-entries:
 			if !ok {
 				return fmt.Errorf("command log: %w", fol.Err())
 			}
@@ -514,7 +521,7 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 				return err
 			}
 		drain:
-			for drained := 1; drained < s.cfg.MaxBatch; drained++ {
+			for drained := 1; drained < s.cfg.MaxBatch && (t.folded < s.cfg.MaxBatch || t.applied < t.ahead); drained++ {
 				select {
 				case e, ok := <-fol.C():
 					if !ok {
@@ -647,6 +654,7 @@ func (t *term) fold(e LogEntry) error {
 	}
 	t.applied = e.Seq
 	t.caught = e.Pending == 0
+	t.folded++
 	return nil
 }
 
@@ -727,6 +735,7 @@ func (t *term) prepare() (*batch, error) {
 	}
 	b.history, b.rest = splitHistory(t.s.cfg.Names, t.msgs)
 	t.changed, t.msgs = t.changed[:0], t.msgs[:0] // splitHistory copied them
+	t.folded = 0
 	clear(t.marked)
 	clear(t.archived)
 	return b, nil
