@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -46,6 +47,8 @@ type lifecycleRig struct {
 	// received, if set, is called as a worker takes an order.
 	mu       sync.Mutex
 	received map[string]time.Time
+	// checkpoints counts the scheduler's flushes.
+	checkpoints atomic.Int64
 }
 
 func newLifecycleRig(b *testing.B, track bool) *lifecycleRig {
@@ -53,7 +56,8 @@ func newLifecycleRig(b *testing.B, track bool) *lifecycleRig {
 	c := newCluster(b)
 	hook, wait := waitCheckpoint()
 	r := &lifecycleRig{c: c, wait: wait}
-	c.startScheduler("bench", schedOpts{hooks: scheduler.Hooks{Checkpointed: hook}, tune: func(cfg *scheduler.Config) {
+	counted := func(seq uint64) { r.checkpoints.Add(1); hook(seq) }
+	c.startScheduler("bench", schedOpts{hooks: scheduler.Hooks{Checkpointed: counted}, tune: func(cfg *scheduler.Config) {
 		// Production timings: the harness's are shortened for tests.
 		cfg.DecideInterval, cfg.FactInterval = 0, 0
 	}})
@@ -237,7 +241,8 @@ func lastCmdSeq(b *testing.B, c *cluster) uint64 {
 // and journal entries sent). The account is checked at the end: nothing
 // reserved, nothing running.
 //
-// Metrics: jobs/s; writes/job (every stored message of every stream,
+// Metrics: jobs/s; flushes/job (the scheduler's checkpoints per job: each
+// flush writes the account record and the checkpoint once); writes/job (every stored message of every stream,
 // submissions and reports included, per job); cpu-µs/job (the whole
 // process: server, scheduler, workers and client); limit-pub/s and
 // limit-cas/s (jslimit.Measure on the same server, the mean of a
@@ -253,6 +258,7 @@ func BenchmarkLifecycles(b *testing.B) {
 	msgs := submits(b, r.c.n, fmt.Sprintf("life%d", b.N), b.N)
 	before := streamSeqs(b, r.c.js)
 	cpu0 := cpuTime(b)
+	flushes0 := r.checkpoints.Load()
 	b.ResetTimer()
 	publishAll(b, r.c.js, msgs)
 	deadline := time.Now().Add(2*time.Minute + time.Duration(b.N)*time.Millisecond)
@@ -282,6 +288,7 @@ func BenchmarkLifecycles(b *testing.B) {
 		b.Errorf("account a holds %d reserved after every job ended, want 0", acct.Reserved)
 	}
 	b.ReportMetric(rate, "jobs/s")
+	b.ReportMetric(float64(r.checkpoints.Load()-flushes0)/float64(b.N), "flushes/job")
 	b.ReportMetric(per, "writes/job")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/job")
 	b.ReportMetric(lim.PublishPerSec, "limit-pub/s")
