@@ -541,7 +541,7 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 			t.host(u)
 		case r := <-dp.out:
 			dp.busy = false
-			t.stored(r)
+			t.stored(r, s.cfg.NowFunc())
 		case r := <-fl.out:
 			fl.busy = false
 			if r.err != nil {
@@ -563,7 +563,7 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 			}
 			st.steady, st.failed = true, 0
 		}
-		if !t.expectBy.IsZero() && now.After(t.expectBy) {
+		if !t.expectBy.IsZero() && now.After(t.expectBy) && !dp.busy {
 			return fmt.Errorf("the command log delivered nothing for %v after this term stored decisions on it: its follower is stuck", followStallTimeout)
 		}
 		if now.Sub(lastRenew) >= renewEvery {
@@ -952,7 +952,8 @@ func (t *term) decide(p *decisionPublisher, now time.Time) {
 		return
 	}
 	// The decisions come back through the follower, perhaps before their
-	// acknowledgements do: the follower must deliver something by then.
+	// acknowledgements do: the follower must deliver something by then
+	// (counted once they are stored, see stored).
 	if t.expectBy.IsZero() {
 		t.expectBy, d.expects = now.Add(followStallTimeout), true
 	}
@@ -962,14 +963,18 @@ func (t *term) decide(p *decisionPublisher, now time.Time) {
 
 // stored takes the outcome of a pass's decisions. Decisions that could not
 // be published are abandoned, to be made again on a later pass.
-func (t *term) stored(r decisionsStored) {
+func (t *term) stored(r decisionsStored, now time.Time) {
 	d := r.d
 	// Only decisions stored anew come back through the follower: ones the
 	// log already had (decided again by this term inside the duplicate
 	// window) bring nothing to wait for. Nothing folded since they were
 	// sent means nothing has cleared the wait they set.
-	if (r.err != nil || r.stored == 0) && d.expects && t.applied == d.applied {
-		t.expectBy = time.Time{}
+	if d.expects && t.applied == d.applied {
+		if r.err != nil || r.stored == 0 {
+			t.expectBy = time.Time{}
+		} else {
+			t.expectBy = now.Add(followStallTimeout) // counted from when they were stored
+		}
 	}
 	if r.err != nil {
 		t.publishing.failed(t.s.log, "cannot publish decisions; deciding again later", slog.Int("decisions", len(d.msgs)), slog.Any("err", r.err))
