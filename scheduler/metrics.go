@@ -210,20 +210,24 @@ func (t *term) observe(e LogEntry, cmd ledger.Command, res ledger.Result, began 
 	}
 }
 
-// measuredFlush is flush, measured.
-func (s *Service) measuredFlush(ctx context.Context, b *batch) error {
-	m := s.cfg.Metrics
-	if m == nil {
-		return s.flush(ctx, b)
-	}
-	records, effects := len(b.recs), len(b.history)+len(b.rest)
+// measuredFlush is flush, timed for [Service.flushed].
+func (s *Service) measuredFlush(ctx context.Context, b *batch) flushed {
 	began := time.Now()
 	err := s.flush(ctx, b)
-	m.Flushed(time.Since(began), records, effects, err)
-	if errors.Is(err, ErrConflict) {
+	return flushed{seq: b.applied, err: err, took: time.Since(began), records: len(b.recs), effects: len(b.history) + len(b.rest)}
+}
+
+// flushed measures a flush the flusher carried out; it runs on the service
+// goroutine, as every call of [Metrics] does.
+func (s *Service) flushed(r flushed) {
+	m := s.cfg.Metrics
+	if m == nil {
+		return
+	}
+	m.Flushed(r.took, r.records, r.effects, r.err)
+	if errors.Is(r.err, ErrConflict) {
 		m.Conflict()
 	}
-	return err
 }
 
 // decided measures decisions stored on the log, by kind.

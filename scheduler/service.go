@@ -40,8 +40,9 @@ type Config struct {
 	// NowFunc is the clock for leases and decisions (never for the fold,
 	// which uses each command's server timestamp). Defaults to time.Now.
 	NowFunc func() time.Time
-	// MaxBatch is the most commands folded between two flushes. Defaults to
-	// 1024.
+	// MaxBatch is the most commands one flush carries: the fold goes on
+	// while a flush is written until the next holds this many. Defaults
+	// to 1024.
 	MaxBatch int
 	// DecideInterval is how often the scheduler decides when no command
 	// arrives, so retry delays end and lost hosts are noticed. Defaults to
@@ -159,7 +160,9 @@ func (c *Config) validate() error {
 
 // Service is the scheduler process: it contends for the leader lease and,
 // while it holds it, folds the command log into the ledger and decides what
-// runs where. One Service runs one goroutine of its own, in Run.
+// runs where. Run's goroutine folds and decides; while it leads, two more
+// of its own write its flushes and store its decisions, and end with the
+// term.
 type Service struct {
 	cfg Config
 	log *slog.Logger
@@ -544,6 +547,7 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 			t.stored(r, s.cfg.NowFunc())
 		case r := <-fl.out:
 			fl.busy = false
+			s.flushed(r)
 			if r.err != nil {
 				return r.err
 			}
@@ -583,6 +587,7 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 			// A batch failed: store nothing more, as a crash there would
 			// not; its outcome says why.
 			r := <-fl.out
+			s.flushed(r)
 			return r.err
 		}
 		if t.caught && t.applied >= t.ahead {
@@ -715,10 +720,13 @@ type batch struct {
 	history, rest []wire.Message
 }
 
-// flushed is the outcome of a batch: its checkpoint, or why it failed.
+// flushed is the outcome of a batch: its checkpoint, or why it failed,
+// with what it wrote and how long it took.
 type flushed struct {
-	seq uint64
-	err error
+	seq              uint64
+	err              error
+	took             time.Duration
+	records, effects int
 }
 
 // prepare takes what was folded since the last batch into a new one and
@@ -761,12 +769,12 @@ func (s *Service) startFlusher(ctx context.Context) *flusher {
 	go func() {
 		defer close(f.done)
 		for b := range f.in {
-			err := s.measuredFlush(ctx, b)
-			if err != nil {
+			r := s.measuredFlush(ctx, b)
+			if r.err != nil {
 				f.halted.Store(true)
 			}
-			f.out <- flushed{seq: b.applied, err: err} // room for it: one batch in flight at most
-			if err != nil {
+			f.out <- r // room for it: one batch in flight at most
+			if r.err != nil {
 				return
 			}
 		}
