@@ -1,12 +1,14 @@
 package gpuq_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gpuq/gpuq/internal/jslimit"
 	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/scheduler"
 	"github.com/gpuq/gpuq/subjects"
@@ -18,7 +20,10 @@ import (
 // published, pipelined as a busy pipeline would, and the clock stops when the
 // scheduler has folded the last one, written its records, sent its accepted
 // event and journal entry, and checkpointed. Client, server and scheduler
-// share the machine's cores.
+// share the machine's cores. Beside submits/s it reports the stored writes
+// per submission (the submission itself included), the JetStream limit of
+// the same server measured just before (jslimit.Measure), and the stored
+// writes per second as a share of it (%limit-pub).
 func BenchmarkSubmitAccepted(b *testing.B) {
 	c := newCluster(b)
 	hook, wait := waitCheckpoint()
@@ -35,6 +40,11 @@ func BenchmarkSubmitAccepted(b *testing.B) {
 		msgs[i].Data = m.Data
 		msgs[i].Header.Set(subjects.MsgIDHeader, m.MsgID)
 	}
+	lim, err := jslimit.Measure(context.Background(), c.js)
+	if err != nil {
+		b.Fatal(err)
+	}
+	before := streamSeqs(b, c.js)
 	b.ResetTimer()
 	futs := make([]jetstream.PubAckFuture, 0, len(msgs))
 	for _, m := range msgs {
@@ -55,5 +65,10 @@ func BenchmarkSubmitAccepted(b *testing.B) {
 	}
 	wait(b, last)
 	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "submits/s")
+	per := writesPer(b, before, streamSeqs(b, c.js), b.N)
+	rate := float64(b.N) / b.Elapsed().Seconds()
+	b.ReportMetric(rate, "submits/s")
+	b.ReportMetric(per, "writes/submit")
+	b.ReportMetric(lim.PublishPerSec, "limit-pub/s")
+	b.ReportMetric(100*rate*per/lim.PublishPerSec, "%limit-pub")
 }

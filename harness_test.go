@@ -65,6 +65,9 @@ type schedOpts struct {
 	// store, if set, wraps the ledger store (a slow load, a count of
 	// writes).
 	store func(scheduler.Store) scheduler.Store
+	// tune, if set, changes the service's config last (benchmarks restore
+	// production timings with it).
+	tune func(*scheduler.Config)
 }
 
 // startScheduler runs a scheduler service with test timings until stopped or
@@ -115,13 +118,17 @@ func (c *cluster) startScheduler(name string, o schedOpts) *sched {
 		o.core.Retry.Initial = 100 * time.Millisecond
 	}
 	log := slog.New(slog.NewTextHandler(tOutput{c.t, name}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	svc, err := scheduler.New(scheduler.Config{
+	cfg := scheduler.Config{
 		Store: store, CommandLog: s.log,
 		Lease:     &watchedLease{Lease: lease, released: func() { s.ended.Add(1); notify(s.left) }},
 		Publisher: natsbus.NewPublisher(js), Hosts: natsbus.NewHosts(hkv, log),
 		Names: c.n, Core: o.core, Logger: log, DecideInterval: 20 * time.Millisecond,
 		StepDownWait: 50 * time.Millisecond, Hooks: hooks, Facts: facts, Name: name, FactInterval: 20 * time.Millisecond,
-	})
+	}
+	if o.tune != nil {
+		o.tune(&cfg)
+	}
+	svc, err := scheduler.New(cfg)
 	if err != nil {
 		c.t.Fatal(err)
 	}

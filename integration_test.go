@@ -16,7 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/gpuq/gpuq/client"
+	"github.com/gpuq/gpuq/internal/metrics"
 	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/scheduler"
 	"github.com/gpuq/gpuq/subjects"
@@ -377,7 +380,11 @@ func TestRestartAtEachPoint(t *testing.T) {
 					<-hold
 				}
 			}
-			first := c.startScheduler("first", schedOpts{hooks: h})
+			// The fold goes on while the flusher is held, so the entries
+			// are either still with the follower or folded into the next
+			// batch; the metrics say how far the fold has come.
+			progress := newAppliedMetrics(t)
+			first := c.startScheduler("first", schedOpts{hooks: h, tune: func(cfg *scheduler.Config) { cfg.Metrics = progress }})
 			t.Cleanup(release) // before the scheduler is stopped, should the test fail while it is held
 			c.createAccount("a", 1000)
 			acc := c.submit("a", "before", 1, 10, 0)
@@ -398,15 +405,17 @@ func TestRestartAtEachPoint(t *testing.T) {
 			target.Store(last)
 			// If the scheduler holds, release it only once every entry
 			// after the held checkpoint, through the last submission, has
-			// reached its follower, so the next fold takes them as one
+			// reached its follower or been folded (the fold goes on while
+			// a flush is held), so the next flush takes them as one
 			// batch. (It may also have folded them all before the hold
 			// engaged, and crashed.)
 			select {
 			case cp := <-heldAt:
 				want := int(int64(last) - int64(cp))
-				for deadline := time.Now().Add(10 * time.Second); first.log.buffered() < want; time.Sleep(5 * time.Millisecond) {
+				reached := func() int { return first.log.buffered() + int(progress.applied.Load()-cp) }
+				for deadline := time.Now().Add(10 * time.Second); reached() < want; time.Sleep(5 * time.Millisecond) {
 					if time.Now().After(deadline) {
-						t.Fatalf("the follower holds %d entries after checkpoint %d, want %d", first.log.buffered(), cp, want)
+						t.Fatalf("%d entries after checkpoint %d reached the scheduler, want %d", reached(), cp, want)
 					}
 				}
 			case <-crashed:
@@ -531,4 +540,25 @@ func TestDeposedLeaderStepsDown(t *testing.T) {
 		t.Errorf("balance %d, want 990", a.Balance)
 	}
 	c.audit()
+}
+
+// appliedMetrics is the scheduler's metrics, remembering the last
+// sequence it reported folded.
+type appliedMetrics struct {
+	*metrics.Scheduler
+	applied atomic.Uint64
+}
+
+func newAppliedMetrics(t *testing.T) *appliedMetrics {
+	t.Helper()
+	m, err := metrics.NewScheduler(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &appliedMetrics{Scheduler: m}
+}
+
+func (m *appliedMetrics) Progress(p scheduler.Progress) {
+	m.applied.Store(p.Applied)
+	m.Scheduler.Progress(p)
 }

@@ -210,20 +210,24 @@ func (t *term) observe(e LogEntry, cmd ledger.Command, res ledger.Result, began 
 	}
 }
 
-// measuredFlush is flush, measured.
-func (t *term) measuredFlush(ctx context.Context) error {
-	m := t.s.cfg.Metrics
-	if m == nil {
-		return t.flush(ctx)
-	}
-	records, effects := len(t.changed), len(t.msgs)
+// measuredFlush is flush, timed for [Service.flushed].
+func (s *Service) measuredFlush(ctx context.Context, b *batch) flushed {
 	began := time.Now()
-	err := t.flush(ctx)
-	m.Flushed(time.Since(began), records, effects, err)
-	if errors.Is(err, ErrConflict) {
+	err := s.flush(ctx, b)
+	return flushed{seq: b.applied, err: err, took: time.Since(began), records: len(b.recs), effects: len(b.history) + len(b.rest)}
+}
+
+// flushed measures a flush the flusher carried out; it runs on the service
+// goroutine, as every call of [Metrics] does.
+func (s *Service) flushed(r flushed) {
+	m := s.cfg.Metrics
+	if m == nil {
+		return
+	}
+	m.Flushed(r.took, r.records, r.effects, r.err)
+	if errors.Is(r.err, ErrConflict) {
 		m.Conflict()
 	}
-	return err
 }
 
 // decided measures decisions stored on the log, by kind.

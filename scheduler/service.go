@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -39,8 +40,9 @@ type Config struct {
 	// NowFunc is the clock for leases and decisions (never for the fold,
 	// which uses each command's server timestamp). Defaults to time.Now.
 	NowFunc func() time.Time
-	// MaxBatch is the most commands folded between two flushes. Defaults to
-	// 1024.
+	// MaxBatch is the most commands one flush carries: the fold goes on
+	// while a flush is written until the next holds this many. Defaults
+	// to 1024.
 	MaxBatch int
 	// DecideInterval is how often the scheduler decides when no command
 	// arrives, so retry delays end and lost hosts are noticed. Defaults to
@@ -158,7 +160,9 @@ func (c *Config) validate() error {
 
 // Service is the scheduler process: it contends for the leader lease and,
 // while it holds it, folds the command log into the ledger and decides what
-// runs where. One Service runs one goroutine of its own, in Run.
+// runs where. Run's goroutine folds and decides; while it leads, two more
+// of its own write its flushes and store its decisions, and end with the
+// term.
 type Service struct {
 	cfg Config
 	log *slog.Logger
@@ -372,6 +376,7 @@ type term struct {
 	marked  map[ledger.Key]bool
 	msgs    []wire.Message
 	caught  bool // the last folded entry was the log's last
+	folded  int  // commands folded since the last batch was prepared
 	// nonce ends the de-duplication id of every decision the term
 	// publishes. It is secret to this term, so no other publisher on the
 	// command stream can take a decision's id first and have it dropped
@@ -473,6 +478,13 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 	if s.cfg.Hooks.Leading != nil {
 		s.cfg.Hooks.Leading()
 	}
+	fl := s.startFlusher(tctx)
+	dp := s.startDecisions(tctx)
+	defer func() {
+		cancel(nil) // a batch or decisions in flight end with the term
+		fl.stop()
+		dp.stop()
+	}()
 	facts := s.startFacts(tctx, t.core, began)
 	defer facts.end()
 	tick := time.NewTicker(s.cfg.DecideInterval)
@@ -480,10 +492,16 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 	renewEvery := s.cfg.Lease.TTL() / 3
 	nextTrim := s.cfg.NowFunc().Add(time.Minute)
 	for {
+		// While a batch is written the next one grows, up to MaxBatch
+		// commands; then the fold waits for the flusher.
+		entries := fol.C()
+		if fl.busy && t.folded >= s.cfg.MaxBatch {
+			entries = nil
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case e, ok := <-fol.C():
+		case e, ok := <-entries:
 			if !ok {
 				return fmt.Errorf("command log: %w", fol.Err())
 			}
@@ -491,7 +509,7 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 				return err
 			}
 		drain:
-			for drained := 1; drained < s.cfg.MaxBatch; drained++ {
+			for drained := 1; drained < s.cfg.MaxBatch && (t.folded < s.cfg.MaxBatch || t.applied < t.ahead); drained++ {
 				select {
 				case e, ok := <-fol.C():
 					if !ok {
@@ -509,6 +527,16 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 				return errors.New("the hosts watch ended")
 			}
 			t.host(u)
+		case r := <-dp.out:
+			dp.busy = false
+			t.stored(r, s.cfg.NowFunc())
+		case r := <-fl.out:
+			fl.busy = false
+			s.flushed(r)
+			if r.err != nil {
+				return r.err
+			}
+			t.checkpointed(r.seq)
 		case <-tick.C:
 			if err := fol.Err(); err != nil && len(fol.C()) == 0 {
 				return fmt.Errorf("command log: %w", err)
@@ -524,7 +552,7 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 			}
 			st.steady, st.failed = true, 0
 		}
-		if !t.expectBy.IsZero() && now.After(t.expectBy) {
+		if !t.expectBy.IsZero() && now.After(t.expectBy) && !dp.busy {
 			return fmt.Errorf("the command log delivered nothing for %v after this term stored decisions on it: its follower is stuck", followStallTimeout)
 		}
 		if now.Sub(lastRenew) >= renewEvery {
@@ -533,14 +561,25 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 			}
 			lastRenew = now
 		}
-		if t.applied >= t.ahead && (len(t.changed) > 0 || len(t.msgs) > 0) {
-			if err := t.measuredFlush(ctx); err != nil {
+		if !fl.busy && t.applied >= t.ahead && (len(t.changed) > 0 || len(t.msgs) > 0) {
+			b, err := t.prepare()
+			if err != nil {
 				return err
 			}
+			fl.send(b)
+		}
+		if fl.halted.Load() {
+			// A batch failed: store nothing more, as a crash there would
+			// not; its outcome says why.
+			r := <-fl.out
+			s.flushed(r)
+			return r.err
 		}
 		if t.caught && t.applied >= t.ahead {
-			t.decide(ctx, now)
-			facts.after(t, now) // after the checkpoint and the pass; queues only, never waits on I/O
+			if !dp.busy {
+				t.decide(dp, now)
+			}
+			facts.after(t, now) // after the pass; queues only, never waits on I/O
 		}
 		if s.cfg.RetainApplied > 0 && now.After(nextTrim) {
 			t.trim(ctx, now)
@@ -646,6 +685,7 @@ func (t *term) fold(e LogEntry) error {
 	}
 	t.applied = e.Seq
 	t.caught = e.Pending == 0
+	t.folded++
 	return nil
 }
 
@@ -695,68 +735,151 @@ func splitHistory(n subjects.Names, msgs []wire.Message) (history, rest []wire.M
 	return history, rest
 }
 
-// flush persists the changed records, sends the effects, then moves the
-// checkpoint: a crash at any point leaves a state from which a new term
-// recomputes the same records and re-sends the same effects, which the
-// servers de-duplicate.
-func (t *term) flush(ctx context.Context) error {
-	hooks := t.s.cfg.Hooks
-	recs := make([]Record, 0, len(t.changed))
+// batch is one flush: the records of the keys that changed and the effects
+// of the commands folded since the last one, encoded on the service
+// goroutine and carried out in order on the term's flusher.
+type batch struct {
+	applied uint64 // the last sequence folded into it: its checkpoint
+	recs    []Record
+	// history are the final records of archived jobs, sent before any
+	// record is written; rest the other effects, sent after.
+	history, rest []wire.Message
+}
+
+// flushed is the outcome of a batch: its checkpoint, or why it failed,
+// with what it wrote and how long it took.
+type flushed struct {
+	seq              uint64
+	err              error
+	took             time.Duration
+	records, effects int
+}
+
+// prepare takes what was folded since the last batch into a new one and
+// starts the next: the records are encoded now, as the state stands, so
+// the fold can go on while the batch is written.
+func (t *term) prepare() (*batch, error) {
+	b := &batch{applied: t.applied, recs: make([]Record, 0, len(t.changed))}
 	for _, k := range t.changed {
 		rec, err := t.record(k)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		recs = append(recs, rec)
+		b.recs = append(b.recs, rec)
 	}
+	b.history, b.rest = splitHistory(t.s.cfg.Names, t.msgs)
+	t.changed, t.msgs = t.changed[:0], t.msgs[:0] // splitHistory copied them
+	t.folded = 0
+	clear(t.marked)
+	clear(t.archived)
+	return b, nil
+}
+
+// flusher carries out a term's batches one at a time, in order, on a
+// goroutine of its own: while one is written, the service goroutine folds
+// the commands that will make the next. Only the flusher uses the Store
+// while the term runs.
+type flusher struct {
+	in   chan *batch
+	out  chan flushed
+	busy bool // a batch is in flight: sent on in, its outcome not yet read from out
+	// halted is set once a batch failed, so the service goroutine stops
+	// storing decisions before it has read why.
+	halted atomic.Bool
+	done   chan struct{}
+}
+
+// startFlusher starts the term's flusher, which runs until stop.
+func (s *Service) startFlusher(ctx context.Context) *flusher {
+	f := &flusher{in: make(chan *batch, 1), out: make(chan flushed, 1), done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		for b := range f.in {
+			r := s.measuredFlush(ctx, b)
+			if r.err != nil {
+				f.halted.Store(true)
+			}
+			f.out <- r // room for it: one batch in flight at most
+			if r.err != nil {
+				return
+			}
+		}
+	}()
+	return f
+}
+
+// send hands b to the flusher, which must not be busy.
+func (f *flusher) send(b *batch) {
+	f.busy = true
+	f.in <- b
+}
+
+// stop ends the flusher and waits for it; the caller has cancelled the
+// context of any batch in flight.
+func (f *flusher) stop() {
+	close(f.in)
+	<-f.done
+}
+
+// flush persists the changed records, sends the effects, then moves the
+// checkpoint: a crash at any point leaves a state from which a new term
+// recomputes the same records and re-sends the same effects, which the
+// servers de-duplicate. Each step waits for the acknowledgements of the
+// one before: no effect is sent before the records it follows from are
+// stored, and the checkpoint moves only once both are.
+func (s *Service) flush(ctx context.Context, b *batch) error {
+	hooks := s.cfg.Hooks
 	// The final records of archived jobs reach the history stream before
 	// their keys are deleted: however a flush is cut short, no record is
 	// only in a deleted key. (Sent again after a cut, a record is the same
 	// message, de-duplicated within the window and identical after it.)
-	history, rest := splitHistory(t.s.cfg.Names, t.msgs)
-	if len(history) > 0 {
-		if _, err := t.s.cfg.Publisher.Publish(ctx, history); err != nil {
-			return fmt.Errorf("send the history of archived jobs through %d: %w", t.applied, err)
+	if len(b.history) > 0 {
+		if _, err := s.cfg.Publisher.Publish(ctx, b.history); err != nil {
+			return fmt.Errorf("send the history of archived jobs through %d: %w", b.applied, err)
 		}
 	}
+	recs := b.recs
 	if hooks.CutPersist != nil {
-		if n := hooks.CutPersist(t.applied, len(recs)); n < len(recs) {
-			if err := t.s.cfg.Store.Write(ctx, recs[:max(n, 0)]); err != nil {
-				return fmt.Errorf("persist through %d: %w", t.applied, err)
+		if n := hooks.CutPersist(b.applied, len(recs)); n < len(recs) {
+			if err := s.cfg.Store.Write(ctx, recs[:max(n, 0)]); err != nil {
+				return fmt.Errorf("persist through %d: %w", b.applied, err)
 			}
-			return fmt.Errorf("cut after %d of %d records at %d: %w", n, len(recs), t.applied, ErrStopped)
+			return fmt.Errorf("cut after %d of %d records at %d: %w", n, len(recs), b.applied, ErrStopped)
 		}
 	}
-	if err := t.s.cfg.Store.Write(ctx, recs); err != nil {
-		return fmt.Errorf("persist through %d: %w", t.applied, err)
+	if err := s.cfg.Store.Write(ctx, recs); err != nil {
+		return fmt.Errorf("persist through %d: %w", b.applied, err)
 	}
 	if hooks.AfterPersist != nil {
-		if err := hooks.AfterPersist(t.applied); err != nil {
+		if err := hooks.AfterPersist(b.applied); err != nil {
 			return fmt.Errorf("%v: %w", err, ErrStopped)
 		}
 	}
-	if _, err := t.s.cfg.Publisher.Publish(ctx, rest); err != nil {
-		return fmt.Errorf("send effects through %d: %w", t.applied, err)
+	if _, err := s.cfg.Publisher.Publish(ctx, b.rest); err != nil {
+		return fmt.Errorf("send effects through %d: %w", b.applied, err)
 	}
 	if hooks.AfterEffects != nil {
-		if err := hooks.AfterEffects(t.applied); err != nil {
+		if err := hooks.AfterEffects(b.applied); err != nil {
 			return fmt.Errorf("%v: %w", err, ErrStopped)
 		}
 	}
-	if err := t.s.cfg.Store.Checkpoint(ctx, t.applied); err != nil {
-		return fmt.Errorf("checkpoint %d: %w", t.applied, err)
+	if err := s.cfg.Store.Checkpoint(ctx, b.applied); err != nil {
+		return fmt.Errorf("checkpoint %d: %w", b.applied, err)
 	}
-	t.s.log.Debug("flushed", slog.Uint64("seq", t.applied), slog.Int("records", len(recs)), slog.Int("effects", len(t.msgs)))
-	t.changed, t.msgs = t.changed[:0], t.msgs[:0]
-	clear(t.marked)
-	clear(t.archived)
-	if len(t.samples) == 0 || t.s.cfg.NowFunc().Sub(t.samples[len(t.samples)-1].at) >= time.Minute {
-		t.samples = append(t.samples, sample{seq: t.applied, at: t.s.cfg.NowFunc()})
-	}
+	s.log.Debug("flushed", slog.Uint64("seq", b.applied), slog.Int("records", len(recs)), slog.Int("effects", len(b.history)+len(b.rest)))
 	if hooks.Checkpointed != nil {
-		hooks.Checkpointed(t.applied)
+		hooks.Checkpointed(b.applied)
 	}
 	return nil
+}
+
+// checkpointed records that the flusher checkpointed seq: the log may be
+// trimmed up to it once RetainApplied has passed.
+func (t *term) checkpointed(seq uint64) {
+	now := t.s.cfg.NowFunc()
+	if len(t.samples) == 0 || now.Sub(t.samples[len(t.samples)-1].at) >= time.Minute {
+		t.samples = append(t.samples, sample{seq: seq, at: now})
+	}
 }
 
 // record encodes the current version of key k.
@@ -795,15 +918,60 @@ func (t *term) host(u HostUpdate) {
 	t.core.SetHost(*u.Host, t.s.cfg.NowFunc())
 }
 
-// decide publishes the core's decisions onto the log. A decision that cannot
-// be published is abandoned, to be made again on a later pass.
-func (t *term) decide(ctx context.Context, now time.Time) {
+// decisions are the decisions of one pass, on their way to the log.
+type decisions struct {
+	msgs []wire.Message
+	sent []ledger.Command
+	// expects is set when sending them set the term's expectBy, and
+	// applied is the last sequence folded then.
+	expects bool
+	applied uint64
+}
+
+// decisionsStored is how a pass's decisions fared: how many the log stored
+// anew, or why they were not stored.
+type decisionsStored struct {
+	d      *decisions
+	stored int
+	err    error
+}
+
+// decisionPublisher stores a term's decisions on the log on a goroutine of
+// its own, one pass at a time, so the service goroutine folds meanwhile.
+type decisionPublisher struct {
+	in   chan *decisions
+	out  chan decisionsStored
+	busy bool // a pass is in flight
+	done chan struct{}
+}
+
+func (s *Service) startDecisions(ctx context.Context) *decisionPublisher {
+	p := &decisionPublisher{in: make(chan *decisions, 1), out: make(chan decisionsStored, 1), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		for d := range p.in {
+			stored, err := s.cfg.Publisher.Publish(ctx, d.msgs)
+			p.out <- decisionsStored{d: d, stored: stored, err: err} // room for it: one pass in flight at most
+		}
+	}()
+	return p
+}
+
+// stop ends the publisher and waits for it; the caller has cancelled the
+// context of a pass in flight.
+func (p *decisionPublisher) stop() {
+	close(p.in)
+	<-p.done
+}
+
+// decide hands the core's decisions to p, which must not be busy, to be
+// stored on the log; [term.stored] takes the outcome.
+func (t *term) decide(p *decisionPublisher, now time.Time) {
 	cmds := t.core.Decide(t.state, now)
 	if len(cmds) == 0 {
 		return
 	}
-	msgs := make([]wire.Message, 0, len(cmds))
-	var sent []ledger.Command
+	d := &decisions{msgs: make([]wire.Message, 0, len(cmds)), applied: t.applied}
 	for _, c := range cmds {
 		msg, err := wire.EncodeCommand(t.s.cfg.Names, c)
 		if err != nil {
@@ -811,26 +979,47 @@ func (t *term) decide(ctx context.Context, now time.Time) {
 			t.core.Abandon(t.state, c)
 			continue
 		}
-		msgs = append(msgs, wire.WithNonce(msg, t.nonce))
-		sent = append(sent, c)
+		d.msgs = append(d.msgs, wire.WithNonce(msg, t.nonce))
+		d.sent = append(d.sent, c)
 	}
-	stored, err := t.s.cfg.Publisher.Publish(ctx, msgs)
-	if err != nil {
-		t.publishing.failed(t.s.log, "cannot publish decisions; deciding again later", slog.Int("decisions", len(msgs)), slog.Any("err", err))
-		for _, c := range sent {
+	if len(d.msgs) == 0 {
+		return
+	}
+	// The decisions come back through the follower, perhaps before their
+	// acknowledgements do: the follower must deliver something by then
+	// (counted once they are stored, see stored).
+	if t.expectBy.IsZero() {
+		t.expectBy, d.expects = now.Add(followStallTimeout), true
+	}
+	p.busy = true
+	p.in <- d
+}
+
+// stored takes the outcome of a pass's decisions. Decisions that could not
+// be published are abandoned, to be made again on a later pass.
+func (t *term) stored(r decisionsStored, now time.Time) {
+	d := r.d
+	// Only decisions stored anew come back through the follower: ones the
+	// log already had (decided again by this term inside the duplicate
+	// window) bring nothing to wait for. Nothing folded since they were
+	// sent means nothing has cleared the wait they set.
+	if d.expects && t.applied == d.applied {
+		if r.err != nil || r.stored == 0 {
+			t.expectBy = time.Time{}
+		} else {
+			t.expectBy = now.Add(followStallTimeout) // counted from when they were stored
+		}
+	}
+	if r.err != nil {
+		t.publishing.failed(t.s.log, "cannot publish decisions; deciding again later", slog.Int("decisions", len(d.msgs)), slog.Any("err", r.err))
+		for _, c := range d.sent {
 			t.core.Abandon(t.state, c)
 		}
 		return
 	}
 	t.publishing.ok(t.s.log, "publishing decisions again")
-	t.decided(sent)
-	// Only decisions stored anew come back through the follower: ones the
-	// log already had (decided again by this term inside the duplicate
-	// window) bring nothing to wait for.
-	if stored > 0 && t.expectBy.IsZero() {
-		t.expectBy = now.Add(followStallTimeout)
-	}
-	t.s.log.Debug("decided", slog.Int("decisions", len(sent)))
+	t.decided(d.sent)
+	t.s.log.Debug("decided", slog.Int("decisions", len(d.sent)))
 }
 
 // trim drops log entries that were applied longer than RetainApplied ago.

@@ -75,6 +75,15 @@ func strict(data []byte) error {
 	if err := surrogates(data); err != nil {
 		return err
 	}
+	if bytes.IndexByte(data, '\\') < 0 {
+		return uniqueKeys(data) // no escapes: each key reads as written
+	}
+	return uniqueKeysDecoded(data)
+}
+
+// uniqueKeysDecoded reports a key repeated in an object of data, valid
+// JSON, comparing keys as encoding/json decodes them.
+func uniqueKeysDecoded(data []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	// One set of keys per open object, nil for an array; expectKey is set
 	// when the next string token of the innermost object is a key.
@@ -115,6 +124,64 @@ func strict(data []byte) error {
 		// A value ended: the next string of the innermost object is a key.
 		expectKey = len(stack) > 0 && stack[len(stack)-1] != nil
 	}
+}
+
+// uniqueKeys reports a key repeated in an object of data, valid JSON
+// without a backslash, so that every string ends at its next quote and
+// reads as its bytes: the same answer as uniqueKeysDecoded, scanning the
+// bytes once without a token per value.
+func uniqueKeys(data []byte) error {
+	type object struct {
+		keys [][]byte
+		set  map[string]struct{} // past maxListedKeys keys
+	}
+	const maxListedKeys = 16
+	var stack []*object // nil for an array
+	expectKey := false
+	for i := 0; i < len(data); i++ {
+		switch data[i] {
+		case '{':
+			stack = append(stack, &object{})
+			expectKey = true
+		case '[':
+			stack = append(stack, nil)
+			expectKey = false
+		case '}', ']':
+			stack = stack[:len(stack)-1]
+			expectKey = false
+		case ',':
+			expectKey = len(stack) > 0 && stack[len(stack)-1] != nil
+		case '"':
+			end := i + 1 + bytes.IndexByte(data[i+1:], '"')
+			if expectKey {
+				o, key := stack[len(stack)-1], data[i+1:end]
+				dup := false
+				if o.set != nil {
+					_, dup = o.set[string(key)]
+					o.set[string(key)] = struct{}{}
+				} else {
+					for _, k := range o.keys {
+						if bytes.Equal(k, key) {
+							dup = true
+							break
+						}
+					}
+					if o.keys = append(o.keys, key); len(o.keys) > maxListedKeys {
+						o.set = make(map[string]struct{}, 2*len(o.keys))
+						for _, k := range o.keys {
+							o.set[string(k)] = struct{}{}
+						}
+					}
+				}
+				if dup {
+					return fmt.Errorf("key %s appears twice in an object; each key may appear once", previewString(string(key)))
+				}
+				expectKey = false
+			}
+			i = end
+		}
+	}
+	return nil
 }
 
 // surrogates reports a \u escape in data, valid JSON, of a high surrogate

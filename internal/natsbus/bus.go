@@ -120,7 +120,7 @@ type Publisher struct {
 	js jetstream.JetStream
 	// MaxElapsed bounds the retries of one message. Defaults to 30s.
 	MaxElapsed time.Duration
-	// ackTimeout bounds the wait for a chunk's acknowledgements; tests
+	// ackTimeout bounds the wait for the next acknowledgement; tests
 	// shorten it. Defaults to defaultAckTimeout.
 	ackTimeout time.Duration
 }
@@ -130,11 +130,11 @@ func NewPublisher(js jetstream.JetStream) *Publisher {
 	return &Publisher{js: js, MaxElapsed: 30 * time.Second, ackTimeout: defaultAckTimeout}
 }
 
-// chunk bounds the asynchronous publishes in flight at once, below the
+// window bounds the asynchronous publishes in flight at once, below the
 // client's default limit of 4000.
-const chunk = 1024
+const window = 1024
 
-// defaultAckTimeout bounds the wait for a chunk's acknowledgements.
+// defaultAckTimeout bounds the wait for the next acknowledgement.
 const defaultAckTimeout = 10 * time.Second
 
 // Publish publishes msgs in order and returns once the server has stored
@@ -143,21 +143,14 @@ const defaultAckTimeout = 10 * time.Second
 // try whose answer was lost is acknowledged as a duplicate on the retry, so
 // the count can fall short; it never counts a message the server already had
 // before the call.)
+//
+// Up to window messages are in flight at once: each acknowledgement taken
+// lets the next message go, so the server is never left without work
+// between two groups. A message whose publish fails is published again,
+// alone, until it is stored; when no acknowledgement comes within the ack
+// timeout, every message then in flight is, one by one, and the rest go
+// out asynchronously again.
 func (p *Publisher) Publish(ctx context.Context, msgs []wire.Message) (int, error) {
-	stored := 0
-	for len(msgs) > 0 {
-		n := min(len(msgs), chunk)
-		s, err := p.publishChunk(ctx, msgs[:n])
-		stored += s
-		if err != nil {
-			return stored, err
-		}
-		msgs = msgs[n:]
-	}
-	return stored, nil
-}
-
-func (p *Publisher) publishChunk(ctx context.Context, msgs []wire.Message) (int, error) {
 	stored := 0
 	count := func(ack *jetstream.PubAck) {
 		if ack != nil && !ack.Duplicate {
@@ -165,20 +158,24 @@ func (p *Publisher) publishChunk(ctx context.Context, msgs []wire.Message) (int,
 		}
 	}
 	futs := make([]jetstream.PubAckFuture, len(msgs))
-	for i, m := range msgs {
-		f, err := p.js.PublishMsgAsync(natsMsg(m))
-		if err == nil {
-			futs[i] = f
-		}
-	}
+	sent := 0 // msgs[:sent] went out asynchronously, or failed to
+	// stale: msgs[:stale] went out before an acknowledgement timed out;
+	// they are not waited for again.
+	stale := 0
 	timeout := time.NewTimer(p.ackTimeout)
 	defer timeout.Stop()
-	expired := false
-	for i, f := range futs {
+	for i := range msgs {
+		for i >= stale && sent < len(msgs) && sent-i < window {
+			if f, err := p.js.PublishMsgAsync(natsMsg(msgs[sent])); err == nil {
+				futs[sent] = f
+			}
+			sent++
+		}
+		f := futs[i]
 		switch {
 		case f == nil:
-		case expired:
-			// Past the timeout: take an answer already in, wait for none.
+		case i < stale:
+			// Past a timeout: take an answer already in, wait for none.
 			select {
 			case ack := <-f.Ok():
 				count(ack)
@@ -189,13 +186,14 @@ func (p *Publisher) publishChunk(ctx context.Context, msgs []wire.Message) (int,
 			select {
 			case ack := <-f.Ok():
 				count(ack)
+				timeout.Reset(p.ackTimeout)
 				continue
 			case <-f.Err():
 			case <-timeout.C:
 				// No answer in time: publish this message and every one
 				// still unanswered one by one. A message the server did
 				// store is acked again as a duplicate.
-				expired = true
+				stale = sent
 			case <-ctx.Done():
 				return stored, ctx.Err()
 			}
@@ -205,6 +203,9 @@ func (p *Publisher) publishChunk(ctx context.Context, msgs []wire.Message) (int,
 			return stored, err
 		}
 		count(ack)
+		if i+1 == stale {
+			timeout.Reset(p.ackTimeout) // the rest go out asynchronously again
+		}
 	}
 	return stored, nil
 }

@@ -2,6 +2,7 @@ package natsbus
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -58,5 +59,87 @@ func TestPublishBoundsTheWaitForAcks(t *testing.T) {
 	}
 	if got := js.stored; len(got) != 3 || got[0] != "a" || got[1] != "b" || got[2] != "c" {
 		t.Errorf("published one by one: %v, want [a b c]", got)
+	}
+}
+
+// windowJS answers every asynchronous publish after its first silent ones
+// at once, and counts how many went out ahead of the one awaited.
+type windowJS struct {
+	jetstream.JetStream // unused methods panic
+	mu                  sync.Mutex
+	silent              int // the first this many publishes are never answered
+	created, awaited    int
+	most                int      // the most created beyond those awaited
+	stored              []string // the ids published synchronously
+}
+
+func (w *windowJS) PublishMsgAsync(*nats.Msg, ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.created++
+	w.most = max(w.most, w.created-w.awaited)
+	if w.created <= w.silent {
+		return &windowFuture{js: w}, nil
+	}
+	ok := make(chan *jetstream.PubAck, 1)
+	ok <- &jetstream.PubAck{}
+	return &windowFuture{js: w, ok: ok}, nil
+}
+
+func (w *windowJS) PublishMsg(_ context.Context, m *nats.Msg, _ ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stored = append(w.stored, m.Header.Get(subjects.MsgIDHeader))
+	return &jetstream.PubAck{}, nil
+}
+
+type windowFuture struct {
+	jetstream.PubAckFuture
+	js   *windowJS
+	ok   chan *jetstream.PubAck
+	seen bool
+}
+
+func (f *windowFuture) Ok() <-chan *jetstream.PubAck {
+	if !f.seen {
+		f.seen = true
+		f.js.mu.Lock()
+		f.js.awaited++
+		f.js.mu.Unlock()
+	}
+	return f.ok
+}
+func (f *windowFuture) Err() <-chan error { return nil }
+
+// TestPublishKeepsAWindowInFlight: each acknowledgement taken lets the next
+// message go, never more than the window ahead; after a timeout only the
+// messages then in flight and unanswered are published one by one, and the
+// rest go out asynchronously again.
+func TestPublishKeepsAWindowInFlight(t *testing.T) {
+	t.Parallel()
+	js := &windowJS{silent: 3}
+	p := NewPublisher(js)
+	p.ackTimeout = 50 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	msgs := make([]wire.Message, 3*window)
+	for i := range msgs {
+		msgs[i] = wire.Message{Subject: "gpuq.cmd.sched.dispatch", MsgID: fmt.Sprint(i)}
+	}
+	stored, err := p.Publish(ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored != len(msgs) {
+		t.Errorf("Publish stored %d, want %d", stored, len(msgs))
+	}
+	if js.most > window {
+		t.Errorf("%d publishes went out ahead of the one awaited, more than the window of %d", js.most, window)
+	}
+	if len(js.stored) != js.silent {
+		t.Errorf("%d messages published one by one after the timeout, want the %d unanswered then", len(js.stored), js.silent)
+	}
+	if js.created != len(msgs) {
+		t.Errorf("%d messages published asynchronously, want all %d (the ones after the timeout too)", js.created, len(msgs))
 	}
 }

@@ -1,0 +1,199 @@
+// Package jslimit measures what a JetStream server can store at most, and
+// runs a worker that costs nothing, so a benchmark can say how close the
+// scheduler comes to the server under it.
+//
+// [Measure] publishes to a stream of its own and writes to a KV bucket of its
+// own, both on file storage as gpuq's are, and reports two rates: pipelined
+// asynchronous publishes per second (what the scheduler's effects and
+// decisions cost) and pipelined compare-and-swap KV writes per second (what
+// its ledger writes cost). It removes what it created. [Worker] takes a
+// host's dispatch orders the way gpuq's worker does (its durable consumer,
+// through natsbus.WorkerBus) and reports each attempt started and done over
+// the wire at once, running nothing; a scheduler fed by it is the only cost
+// left between a submission and its settlement.
+//
+// The package is for benchmarks and `gpuq bench`; nothing in a running
+// installation uses it.
+package jslimit
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Limit is what one server stored at most, per second.
+type Limit struct {
+	// PublishPerSec is asynchronous publishes, pipelined, each with a
+	// de-duplication id, stored and acknowledged per second.
+	PublishPerSec float64
+	// CASPerSec is KV writes conditioned on the key's last revision,
+	// pipelined across keys, stored and acknowledged per second.
+	CASPerSec float64
+}
+
+// Config sizes a measurement. Its zero value means the defaults.
+type Config struct {
+	// Messages is how many messages the publish measurement stores.
+	// Defaults to 50,000.
+	Messages int
+	// Writes is how many compare-and-swap writes the KV measurement
+	// stores. Defaults to 50,000.
+	Writes int
+	// Keys is how many keys the KV writes are spread over; writes to
+	// different keys are pipelined, writes to one key wait for the last
+	// one's revision. Defaults to 1,024.
+	Keys int
+	// Size is each message's and value's size in bytes. Defaults to 300,
+	// about a gpuq job record or event.
+	Size int
+	// Window bounds the publishes awaiting acknowledgement. Defaults to
+	// 1,024, the scheduler's own chunk.
+	Window int
+}
+
+func (c *Config) defaults() {
+	if c.Messages <= 0 {
+		c.Messages = 50_000
+	}
+	if c.Writes <= 0 {
+		c.Writes = 50_000
+	}
+	if c.Keys <= 0 {
+		c.Keys = 1024
+	}
+	if c.Size <= 0 {
+		c.Size = 300
+	}
+	if c.Window <= 0 {
+		c.Window = 1024
+	}
+}
+
+// Measure measures the server js is connected to with the default
+// [Config].
+func Measure(ctx context.Context, js jetstream.JetStream) (Limit, error) {
+	return Config{}.Measure(ctx, js)
+}
+
+// Measure measures the server js is connected to: first the publishes, then
+// the KV writes, each on a stream it creates for the purpose and deletes
+// afterwards.
+func (c Config) Measure(ctx context.Context, js jetstream.JetStream) (Limit, error) {
+	c.defaults()
+	var l Limit
+	var err error
+	if l.PublishPerSec, err = c.publish(ctx, js); err != nil {
+		return l, err
+	}
+	if l.CASPerSec, err = c.cas(ctx, js); err != nil {
+		return l, err
+	}
+	return l, nil
+}
+
+// publish stores c.Messages messages on a stream of its own and returns
+// their rate.
+func (c Config) publish(ctx context.Context, js jetstream.JetStream) (float64, error) {
+	name := "JSLIMIT_" + rand.Text()[:10]
+	subject := "jslimit." + name
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject},
+		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute}); err != nil {
+		return 0, fmt.Errorf("jslimit: create stream %s: %w", name, err)
+	}
+	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), name) }() // best effort: a test server goes away anyway
+	body := make([]byte, c.Size)
+	for i := range body {
+		body[i] = 'x'
+	}
+	nonce := rand.Text()[:8]
+	began := time.Now()
+	futs := make([]jetstream.PubAckFuture, 0, c.Window)
+	for i := 0; i < c.Messages; i++ {
+		m := nats.NewMsg(subject)
+		m.Data = body
+		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s.%d", nonce, i))
+		f, err := js.PublishMsgAsync(m)
+		if err != nil {
+			return 0, fmt.Errorf("jslimit: publish: %w", err)
+		}
+		futs = append(futs, f)
+		if len(futs) == c.Window {
+			if err := await(ctx, futs); err != nil {
+				return 0, err
+			}
+			futs = futs[:0]
+		}
+	}
+	if err := await(ctx, futs); err != nil {
+		return 0, err
+	}
+	return float64(c.Messages) / time.Since(began).Seconds(), nil
+}
+
+// cas stores c.Writes compare-and-swap writes over c.Keys keys of a bucket
+// of its own and returns their rate. Each round writes every key once,
+// pipelined, each on the revision the last round's acknowledgement gave.
+func (c Config) cas(ctx context.Context, js jetstream.JetStream) (float64, error) {
+	bucket := "jslimit_" + rand.Text()[:10]
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: 1, Storage: jetstream.FileStorage})
+	if err != nil {
+		return 0, fmt.Errorf("jslimit: create bucket %s: %w", bucket, err)
+	}
+	defer func() { _ = js.DeleteKeyValue(context.WithoutCancel(ctx), kv.Bucket()) }() // best effort
+	body := make([]byte, c.Size)
+	for i := range body {
+		body[i] = 'y'
+	}
+	revs := make([]uint64, c.Keys)
+	subjects := make([]string, c.Keys)
+	for k := range subjects {
+		subjects[k] = fmt.Sprintf("$KV.%s.k%d", bucket, k)
+	}
+	futs := make([]jetstream.PubAckFuture, 0, c.Keys)
+	began := time.Now()
+	written := 0
+	for written < c.Writes {
+		n := min(c.Keys, c.Writes-written)
+		futs = futs[:0]
+		for k := range n {
+			m := nats.NewMsg(subjects[k])
+			m.Data = body
+			f, err := js.PublishMsgAsync(m, jetstream.WithExpectLastSequencePerSubject(revs[k]))
+			if err != nil {
+				return 0, fmt.Errorf("jslimit: write: %w", err)
+			}
+			futs = append(futs, f)
+		}
+		for k, f := range futs {
+			select {
+			case ack := <-f.Ok():
+				revs[k] = ack.Sequence
+			case err := <-f.Err():
+				return 0, fmt.Errorf("jslimit: write k%d at revision %d: %w", k, revs[k], err)
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		}
+		written += n
+	}
+	return float64(written) / time.Since(began).Seconds(), nil
+}
+
+// await waits for every future's acknowledgement.
+func await(ctx context.Context, futs []jetstream.PubAckFuture) error {
+	for _, f := range futs {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("jslimit: publish: %w", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
