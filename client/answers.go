@@ -30,6 +30,8 @@ type answers struct {
 	it     jetstream.MessagesContext
 
 	mu      sync.Mutex
+	last    uint64    // stream sequence of the newest event delivered
+	lastAt  time.Time // when the follower last delivered (or started)
 	users   int
 	idle    *time.Timer
 	err     error // set once the follower has failed; it takes no new users
@@ -53,7 +55,19 @@ type ticket struct {
 	start int // the follower's event index when the ticket was taken
 	subjs []string
 	got   chan answer
+	after uint64    // the follower's last stream sequence when it was taken (0: none yet)
+	at    time.Time // when it was taken
 }
+
+// errStalled says a follower delivered nothing for answersPatience while
+// a call waited on it: its consumer may be gone with a server (an ordered
+// consumer notices only after missed heartbeats, and may not recover), so
+// the call reads its answer with a consumer of its own.
+var errStalled = errors.New("the shared events follower delivered nothing")
+
+// answersPatience is how long a call waits on a follower that delivers
+// nothing before it reads its answer with a consumer of its own.
+const answersPatience = 2 * time.Second
 
 // answersIdle is how long a follower nobody uses is kept, so a steady
 // stream of calls reuses one consumer.
@@ -89,7 +103,7 @@ func (c *Client) answersFor(ctx context.Context, filter string) (*answers, error
 	if err != nil {
 		return nil, err
 	}
-	a := &answers{filter: filter, it: it, users: 1, done: make(chan struct{}), waiting: map[uint64][]*ticket{}}
+	a := &answers{filter: filter, it: it, users: 1, done: make(chan struct{}), waiting: map[uint64][]*ticket{}, lastAt: time.Now()}
 	if c.answers == nil {
 		c.answers = map[string]*answers{}
 	}
@@ -140,7 +154,12 @@ func (a *answers) follow() {
 			return
 		}
 		ev := answer{seq: eventSeq(m.Data()), subject: m.Subject(), data: m.Data()}
+		md, mderr := m.Metadata()
 		a.mu.Lock()
+		a.lastAt = time.Now()
+		if mderr == nil {
+			a.last = md.Sequence.Stream
+		}
 		if len(a.open) > 0 {
 			a.kept = append(a.kept, ev)
 		} else {
@@ -169,14 +188,14 @@ func (t *ticket) deliver(ev answer) {
 func (a *answers) take(subjs []string) *ticket {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	t := &ticket{start: a.base + len(a.kept), subjs: subjs, got: make(chan answer, 1)}
+	t := &ticket{start: a.base + len(a.kept), subjs: subjs, got: make(chan answer, 1), after: a.last, at: time.Now()}
 	a.open = append(a.open, t)
 	return t
 }
 
 // wait waits for t's answer to the command at seq (0: the command was not
-// published, and the ticket is only given back) until ctx ends or the
-// follower fails.
+// published, and the ticket is only given back) until ctx ends, the
+// follower fails, or it stalls (errStalled).
 func (a *answers) wait(ctx context.Context, t *ticket, seq uint64) (answer, error) {
 	a.mu.Lock()
 	if seq == 0 {
@@ -200,21 +219,90 @@ func (a *answers) wait(ctx context.Context, t *ticket, seq uint64) (answer, erro
 			delete(a.waiting, seq)
 		}
 	}()
-	select {
-	case ev := <-t.got:
-		return ev, nil
-	case <-ctx.Done():
-		return answer{}, ctx.Err()
-	case <-a.done:
+	check := time.NewTicker(answersPatience / 4)
+	defer check.Stop()
+	for {
 		select {
 		case ev := <-t.got:
 			return ev, nil
-		default:
+		case <-ctx.Done():
+			return answer{}, ctx.Err()
+		case <-check.C:
+			a.mu.Lock()
+			stalled := time.Since(a.lastAt) >= answersPatience
+			a.mu.Unlock()
+			if stalled {
+				select {
+				case ev := <-t.got:
+					return ev, nil
+				default:
+				}
+				return answer{}, errStalled
+			}
+		case <-a.done:
+			select {
+			case ev := <-t.got:
+				return ev, nil
+			default:
+			}
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			return answer{}, a.err
 		}
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return answer{}, a.err
 	}
+}
+
+// retire stops a, a follower that failed or stalled, and takes it out of
+// the client's followers: the next call starts a new one. Calls waiting on
+// it see it end.
+func (c *Client) retire(a *answers) {
+	c.mu.Lock()
+	if c.answers[a.filter] == a {
+		delete(c.answers, a.filter)
+	}
+	c.mu.Unlock()
+	a.mu.Lock()
+	if a.err == nil {
+		a.err = errStalled
+	}
+	if a.idle != nil {
+		a.idle.Stop()
+	}
+	a.mu.Unlock()
+	a.it.Stop()
+}
+
+// answerOf reads the answer to the command at seq with a consumer of its
+// own, from just after the last event the follower had delivered when t
+// was taken (or, if it had none, from a minute before, by the server's
+// clock as the client's sees it).
+func (c *Client) answerOf(ctx context.Context, filter string, t *ticket, seq uint64) (string, []byte, error) {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, NamePrefix: ConsumerName(), InactiveThreshold: answersThreshold}
+	if t.after > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, t.after+1
+	} else {
+		from := t.at.Add(-time.Minute)
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &from
+	}
+	cons, err := c.js.OrderedConsumer(ctx, c.n.EventsStream(), cfg)
+	if err != nil {
+		return "", nil, fmt.Errorf("read %s: %w", filter, err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return "", nil, fmt.Errorf("read %s: %w", filter, err)
+	}
+	defer it.Stop()
+	var subject string
+	var data []byte
+	err = c.each(ctx, it, filter, func(m jetstream.Msg) (bool, error) {
+		if eventSeq(m.Data()) != seq || !slices.Contains(t.subjs, m.Subject()) {
+			return false, nil
+		}
+		subject, data = m.Subject(), m.Data()
+		return true, nil
+	})
+	return subject, data, err
 }
 
 // resolve takes t off the open tickets and drops the kept events that no

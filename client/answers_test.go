@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gpuq/gpuq/client"
 	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/subjects"
 )
@@ -66,4 +68,29 @@ func TestManyCallsShareOneConsumer(t *testing.T) {
 	if info.State.Consumers > 4 {
 		t.Errorf("the events stream holds %d consumers after %d calls of one client; want them to share one", info.State.Consumers, calls)
 	}
+}
+
+// TestAStalledFollowerIsReplaced: when the follower a client's calls share
+// delivers nothing while a call waits (its consumer gone with a server,
+// and the ordered consumer not back: seen in
+// TestWorkerTakesOrdersAfterItsStreamNodeGoes), the call reads its answer
+// with a consumer of its own, and the next call starts a new follower.
+func TestAStalledFollowerIsReplaced(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	submit := func(id string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(f.ctx, 10*time.Second)
+		defer cancel()
+		ev, err := f.c.Submit(ctx, ledger.Submit{Account: "vision", ID: id, GPUs: 1, GPUModel: "no such model", Command: []string{"true"}})
+		if err != nil || ev.Type != ledger.EventAccepted {
+			t.Fatalf("submit %s: %+v, %v", id, ev, err)
+		}
+	}
+	submit("before")
+	if err := client.StallAnswers(f.ctx, f.c, subjects.Default.AccountEvents("vision"), "gpuq.event.nobody.>"); err != nil {
+		t.Fatal(err)
+	}
+	submit("stalled")
+	submit("after")
 }

@@ -305,6 +305,12 @@ func (c *Client) ask(ctx context.Context, msg wire.Message, filter string, subjs
 		var ev answer
 		ev, err = live.wait(ctx, t, seq)
 		subject, data = ev.subject, ev.data
+		if err != nil && ctx.Err() == nil {
+			// The shared follower failed or stalled: start afresh, and
+			// read this answer with a consumer of its own.
+			c.retire(live)
+			subject, data, err = c.answerOf(ctx, filter, t, seq)
+		}
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return seq, "", nil, fmt.Errorf("command %d: %w within the wait; it is in the log and will be applied when a scheduler runs", seq, ErrNoAnswer)

@@ -1,6 +1,11 @@
 package client
 
-import "context"
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
 
 // TailPage is the tail read of [Client.Jobs], for the tests: the page f
 // asks for, and whether the events' tail could tell it (false: Jobs reads
@@ -11,4 +16,27 @@ func (c *Client) TailPage(ctx context.Context, f JobFilter) (JobPage, bool, erro
 		return JobPage{}, false, err
 	}
 	return c.tailPage(ctx, f, after)
+}
+
+// StallAnswers puts in place of c's follower of filter one that delivers
+// nothing, as a follower whose consumer went with its server does: a real
+// consumer of silent, a subject nobody publishes to.
+func StallAnswers(ctx context.Context, c *Client, filter, silent string) error {
+	it, err := c.open(ctx, silent, jetstream.DeliverNewPolicy)
+	if err != nil {
+		return err
+	}
+	a := &answers{filter: filter, it: it, done: make(chan struct{}), waiting: map[uint64][]*ticket{}, lastAt: time.Now()}
+	c.mu.Lock()
+	old := c.answers[filter]
+	if c.answers == nil {
+		c.answers = map[string]*answers{}
+	}
+	c.answers[filter] = a
+	c.mu.Unlock()
+	if old != nil {
+		c.retire(old)
+	}
+	go a.follow()
+	return nil
 }
