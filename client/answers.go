@@ -61,8 +61,10 @@ type ticket struct {
 
 // errStalled says a follower delivered nothing for answersPatience while
 // a call waited on it: its consumer may be gone with a server (an ordered
-// consumer notices only after missed heartbeats, and may not recover), so
-// the call reads its answer with a consumer of its own.
+// consumer notices only after missed heartbeats, and may not recover), or
+// the scheduler is slow to answer; the call reads its answer with a
+// consumer of its own, and the follower is replaced only if that consumer
+// finds an answer the follower should have delivered.
 var errStalled = errors.New("the shared events follower delivered nothing")
 
 // answersPatience is how long a call waits on a follower that delivers
@@ -151,6 +153,7 @@ func (a *answers) follow() {
 				a.err = fmt.Errorf("read %s: %w", a.filter, err)
 			}
 			a.mu.Unlock()
+			a.it.Stop()
 			return
 		}
 		ev := answer{seq: eventSeq(m.Data()), subject: m.Subject(), data: m.Data()}
@@ -276,7 +279,7 @@ func (c *Client) retire(a *answers) {
 // own, from just after the last event the follower had delivered when t
 // was taken (or, if it had none, from a minute before, by the server's
 // clock as the client's sees it).
-func (c *Client) answerOf(ctx context.Context, filter string, t *ticket, seq uint64) (string, []byte, error) {
+func (c *Client) answerOf(ctx context.Context, filter string, t *ticket, seq uint64) (string, []byte, uint64, error) {
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, NamePrefix: ConsumerName(), InactiveThreshold: answersThreshold}
 	if t.after > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, t.after+1
@@ -286,23 +289,35 @@ func (c *Client) answerOf(ctx context.Context, filter string, t *ticket, seq uin
 	}
 	cons, err := c.js.OrderedConsumer(ctx, c.n.EventsStream(), cfg)
 	if err != nil {
-		return "", nil, fmt.Errorf("read %s: %w", filter, err)
+		return "", nil, 0, fmt.Errorf("read %s: %w", filter, err)
 	}
 	it, err := cons.Messages()
 	if err != nil {
-		return "", nil, fmt.Errorf("read %s: %w", filter, err)
+		return "", nil, 0, fmt.Errorf("read %s: %w", filter, err)
 	}
 	defer it.Stop()
 	var subject string
 	var data []byte
+	var at uint64
 	err = c.each(ctx, it, filter, func(m jetstream.Msg) (bool, error) {
 		if eventSeq(m.Data()) != seq || !slices.Contains(t.subjs, m.Subject()) {
 			return false, nil
 		}
 		subject, data = m.Subject(), m.Data()
+		if md, err := m.Metadata(); err == nil {
+			at = md.Sequence.Stream
+		}
 		return true, nil
 	})
-	return subject, data, err
+	return subject, data, at, err
+}
+
+// behind reports whether a has not delivered the event at stream sequence
+// at, which a consumer of its own, started later, did: a is stuck.
+func (a *answers) behind(at uint64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return at > a.last
 }
 
 // resolve takes t off the open tickets and drops the kept events that no

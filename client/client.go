@@ -306,10 +306,17 @@ func (c *Client) ask(ctx context.Context, msg wire.Message, filter string, subjs
 		ev, err = live.wait(ctx, t, seq)
 		subject, data = ev.subject, ev.data
 		if err != nil && ctx.Err() == nil {
-			// The shared follower failed or stalled: start afresh, and
-			// read this answer with a consumer of its own.
-			c.retire(live)
-			subject, data, err = c.answerOf(ctx, filter, t, seq)
+			// The shared follower failed or stalled: read this answer with
+			// a consumer of its own. A follower that failed, or stalled
+			// while the answer was stored past where it had read, is
+			// replaced; one that only waited on a slow scheduler is kept,
+			// so a slow scheduler does not cost a consumer per call.
+			failed := !errors.Is(err, errStalled)
+			var at uint64
+			subject, data, at, err = c.answerOf(ctx, filter, t, seq)
+			if failed || err == nil && live.behind(at) {
+				c.retire(live)
+			}
 		}
 	}
 	if errors.Is(err, context.DeadlineExceeded) {

@@ -40,10 +40,13 @@ func (s *Service) startRenewer(ctx context.Context, cancel context.CancelCauseFu
 			// A renewal in flight is never cut short by stop: one whose
 			// outcome is unknown would leave the lease's revision
 			// unknown, and the next renewal would take the lease for lost.
+			// The lease runs from when the renewal was sent, not from when
+			// its answer came: a late answer must not stretch it.
+			sent := s.cfg.NowFunc()
 			err := s.cfg.Lease.Renew(ctx)
 			now := s.cfg.NowFunc()
 			if err == nil {
-				r.last, r.renewals = now, r.renewals+1
+				r.last, r.renewals = sent, r.renewals+1
 				continue
 			}
 			if !errors.Is(err, ErrLeaseLost) && now.Sub(r.last)+every < s.cfg.Lease.TTL() {

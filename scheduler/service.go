@@ -552,8 +552,17 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 			}
 			st.steady, st.failed = true, 0
 		}
-		if !t.expectBy.IsZero() && now.After(t.expectBy) && !dp.busy {
+		if !t.expectBy.IsZero() && now.After(t.expectBy) && !dp.busy && len(fol.C()) == 0 {
 			return fmt.Errorf("the command log delivered nothing for %v after this term stored decisions on it: its follower is stuck", followStallTimeout)
+		}
+		// Every write is bounded, so a batch or a pass in flight this long
+		// is stuck: end the term rather than lead in name only (the lease
+		// is still renewed here, so no standby would take over).
+		if fl.busy && now.Sub(fl.since) > writeStallTimeout {
+			return fmt.Errorf("a batch has been in flight for %v: its writes are stuck", now.Sub(fl.since).Round(time.Second))
+		}
+		if dp.busy && now.Sub(dp.since) > writeStallTimeout {
+			return fmt.Errorf("a pass's decisions have been in flight for %v: storing them is stuck", now.Sub(dp.since).Round(time.Second))
 		}
 		if now.Sub(lastRenew) >= renewEvery {
 			if err := s.cfg.Lease.Renew(ctx); err != nil {
@@ -566,7 +575,7 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 			if err != nil {
 				return err
 			}
-			fl.send(b)
+			fl.send(b, now)
 		}
 		if fl.halted.Load() {
 			// A batch failed: store nothing more, as a crash there would
@@ -782,12 +791,19 @@ func (t *term) prepare() (*batch, error) {
 type flusher struct {
 	in   chan *batch
 	out  chan flushed
-	busy bool // a batch is in flight: sent on in, its outcome not yet read from out
+	busy  bool      // a batch is in flight: sent on in, its outcome not yet read from out
+	since time.Time // when the batch in flight was sent
 	// halted is set once a batch failed, so the service goroutine stops
 	// storing decisions before it has read why.
 	halted atomic.Bool
 	done   chan struct{}
 }
+
+// writeStallTimeout is how long a batch or a pass of decisions may be in
+// flight before the term takes its writes for stuck and ends: well beyond
+// what every bounded step of a flush (records, effects with their retries,
+// the checkpoint) may take together.
+const writeStallTimeout = 2 * time.Minute
 
 // startFlusher starts the term's flusher, which runs until stop.
 func (s *Service) startFlusher(ctx context.Context) *flusher {
@@ -809,8 +825,8 @@ func (s *Service) startFlusher(ctx context.Context) *flusher {
 }
 
 // send hands b to the flusher, which must not be busy.
-func (f *flusher) send(b *batch) {
-	f.busy = true
+func (f *flusher) send(b *batch, now time.Time) {
+	f.busy, f.since = true, now
 	f.in <- b
 }
 
@@ -941,8 +957,9 @@ type decisionsStored struct {
 type decisionPublisher struct {
 	in   chan *decisions
 	out  chan decisionsStored
-	busy bool // a pass is in flight
-	done chan struct{}
+	busy  bool      // a pass is in flight
+	since time.Time // when the pass in flight was sent
+	done  chan struct{}
 }
 
 func (s *Service) startDecisions(ctx context.Context) *decisionPublisher {
@@ -991,7 +1008,7 @@ func (t *term) decide(p *decisionPublisher, now time.Time) {
 	if t.expectBy.IsZero() {
 		t.expectBy, d.expects = now.Add(followStallTimeout), true
 	}
-	p.busy = true
+	p.busy, p.since = true, now
 	p.in <- d
 }
 

@@ -386,7 +386,7 @@ func (s *sandbox) cleaner() {
 			return
 		}
 		s.mu.Unlock()
-		err := removeOwned(batch, sharedDirs, s.root)
+		err := removeOwned(batch, s.uids, sharedDirs, s.root)
 		s.mu.Lock()
 		s.free = append(s.free, batch...)
 		s.freed.Broadcast()

@@ -525,8 +525,11 @@ func passable(dir string, st *syscall.Stat_t, uids []uint32) bool {
 // removeOwned removes every file and directory owned by one of uids under
 // roots, not looking into skip (the job root, whose attempt directories
 // are handled on their own) or into directories none of uids could pass
-// through. Symbolic links are removed, never followed.
-func removeOwned(uids []uint32, roots []string, skip string) error {
+// through, unless pool (the whole pool, uids among it) owns them: a pool
+// uid can open its own directory to the others, let them write in it,
+// and close it again before their walk.
+// Symbolic links are removed, never followed.
+func removeOwned(uids []uint32, pool IDRange, roots []string, skip string) error {
 	var errs []error
 	for _, root := range roots {
 		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -554,7 +557,7 @@ func removeOwned(uids []uint32, roots []string, skip string) error {
 				return nil
 			}
 			if !slices.Contains(uids, st.Uid) {
-				if d.IsDir() && !passable(path, st, uids) {
+				if d.IsDir() && !pool.contains(st.Uid) && !passable(path, st, uids) {
 					// Nothing under it can be the uid's: it could not reach
 					// it to create anything. Most of what other software
 					// keeps in /tmp is such (0700 build and cache

@@ -17,7 +17,7 @@ func hideWorker() error { return nil }
 // Pools are refused outside Linux, so no uid leaves files to remove.
 var sharedDirs []string
 
-func removeOwned([]uint32, []string, string) error { return nil }
+func removeOwned([]uint32, IDRange, []string, string) error { return nil }
 
 // clearXattrs does not know this system's extended attributes: an
 // attempt's directory is removed, not kept as a spare.

@@ -765,8 +765,32 @@ func TestSandboxPoolUIDLeavesNothingBehind(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			t.Cleanup(func() { _ = os.RemoveAll(pub); _ = os.RemoveAll(closed) }) // test teardown
-			left := []string{"/tmp/" + tag, "/var/tmp/" + tag + "-dir", "/tmp/" + tag + "-suid", pub + "/open/nested"}
+			// A file of the attempt's uid in a directory another pool uid
+			// made and then closed to others: it could, so the walk looks
+			// in too.
+			// An attempt first: by its end the worker's start (and its
+			// walk for the whole pool) is behind, and the next attempt
+			// gets the pool's least recently used uid.
+			if r, out := runJob(t, bus, "warm-up", "true"); r.Type != ledger.ReportDone || r.ExitCode != 0 {
+				t.Fatalf("warm-up: %+v\n%s", r, out)
+			}
+			f.w.jobs.settle()
+			f.w.jobs.mu.Lock()
+			next, closer := f.w.jobs.free[0], f.w.jobs.free[len(f.w.jobs.free)-1]
+			f.w.jobs.mu.Unlock()
+			other := "/tmp/" + tag + "-other"
+			if err := os.Mkdir(other, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			planted := other + "/planted"
+			if err := os.WriteFile(planted, []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := errors.Join(os.Chown(planted, int(next), int(next)), os.Chown(other, int(closer), int(closer))); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = os.RemoveAll(pub); _ = os.RemoveAll(closed); _ = os.RemoveAll(other) }) // test teardown
+			left := []string{"/tmp/" + tag, "/var/tmp/" + tag + "-dir", "/tmp/" + tag + "-suid", pub + "/open/nested", planted}
 			bus.sendOrder(t, dispatchOrder("leaver", 1, 1, "sh", "-c",
 				fmt.Sprintf(`echo secret > %s; mkdir %s && echo x > %s/f; cp /bin/sh %s && chmod 4755 %s; echo y > %s || exit 3; echo "child=$$"`,
 					left[0], left[1], left[1], left[2], left[2], left[3])))

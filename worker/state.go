@@ -31,6 +31,12 @@ type startedLog struct {
 	installation string                // the header's; "" before the first bind of a new log
 	started      map[Attempt]time.Time // attempt → when it started
 	f            *os.File              // the file, open for appending
+	closed       bool                  // close was called: adds fail
+	// stale says the file may not take an append as it is (an append
+	// failed and may have left part of a line, or a compaction failed
+	// after its rename, leaving f on the old file): the next add compacts
+	// first, writing the whole log anew.
+	stale bool
 	lines        int                   // attempt lines in the file, live or expired
 	adds         int                   // adds since the last expiry pass
 }
@@ -227,15 +233,22 @@ func (l *startedLog) add(a Attempt, now time.Time) error {
 	line = append(line, '\n')
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.f == nil {
+	if l.closed {
 		return errors.New("write worker state: the record of started attempts is closed")
+	}
+	if l.stale || l.f == nil {
+		if err := l.compact(); err != nil {
+			return err
+		}
 	}
 	if _, err := l.f.Write(line); err != nil {
 		// What reached the file may be part of a line, which the next
 		// append would run into: write the whole log anew before any.
+		l.stale = true
 		return errors.Join(fmt.Errorf("write worker state: %w", err), l.compact())
 	}
 	if err := datasync(l.f); err != nil {
+		l.stale = true
 		return errors.Join(fmt.Errorf("write worker state: %w", err), l.compact())
 	}
 	l.started[a] = now
@@ -287,6 +300,9 @@ func (l *startedLog) compact() error {
 	if err := os.Rename(tmp, l.path); err != nil {
 		return fmt.Errorf("write worker state: %w", err)
 	}
+	// From here f is on a file that no longer has the name: until the new
+	// one is open, nothing may be appended to it.
+	l.stale = true
 	if err := syncDir(filepath.Dir(l.path)); err != nil {
 		return fmt.Errorf("write worker state: %w", err)
 	}
@@ -297,7 +313,7 @@ func (l *startedLog) compact() error {
 	if l.f != nil {
 		_ = l.f.Close() // replaced: every write to it was synced
 	}
-	l.f, l.lines = f, len(l.started)
+	l.f, l.lines, l.stale = f, len(l.started), false
 	return nil
 }
 
@@ -305,11 +321,12 @@ func (l *startedLog) compact() error {
 func (l *startedLog) close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.f == nil {
+	if l.closed || l.f == nil {
+		l.closed = true
 		return nil
 	}
 	err := l.f.Close()
-	l.f = nil
+	l.f, l.closed = nil, true
 	return err
 }
 

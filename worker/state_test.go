@@ -205,3 +205,53 @@ func TestStartedLogCompacts(t *testing.T) {
 		t.Error("the newest attempt is lost after compaction and a restart")
 	}
 }
+
+// TestStartedLogRecoversFromAFailedAppend: an append that fails (here its
+// descriptor takes no writes; a full disk does the same) is refused, and
+// while the log cannot be written anew (here a directory stands where its
+// rewrite goes) every append is refused, never made to a file that may end
+// in part of a line; once it can, the next append writes the whole log
+// anew before it, and a restart reads back every attempt recorded.
+func TestStartedLogRecoversFromAFailedAppend(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "started.jsonl")
+	l := openTestLog(t, path)
+	if _, err := l.bind("inst-1"); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if err := l.add(Attempt{"before", 1}, now); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	good := l.f
+	l.f = ro
+	l.mu.Unlock()
+	_ = good.Close() // test teardown of the descriptor replaced
+	if err := os.Mkdir(path+".tmp", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"failed", "refused"} {
+		if err := l.add(Attempt{id, 1}, now); err == nil {
+			t.Fatalf("append %s succeeded while the log could neither be appended to nor written anew", id)
+		}
+	}
+	if err := os.Remove(path + ".tmp"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.add(Attempt{"after", 1}, now); err != nil {
+		t.Fatalf("the first append once the log can be written anew: %v", err)
+	}
+	_ = l.close()
+	l = openTestLog(t, path)
+	if !l.has(Attempt{"before", 1}) || !l.has(Attempt{"after", 1}) {
+		t.Errorf("a restart lost an attempt recorded around a failed append: before %v, after %v", l.has(Attempt{"before", 1}), l.has(Attempt{"after", 1}))
+	}
+	if l.has(Attempt{"failed", 1}) || l.has(Attempt{"refused", 1}) {
+		t.Error("a refused append is known after a restart")
+	}
+}

@@ -301,9 +301,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	defer w.jobs.unregister()
-	// What a pool uid left when an earlier life of this worker was killed
-	// between its attempt's end and the walk goes before the uid is used.
-	w.jobs.cleanAll()
 	w.jobs.describe(w.log)
 	// What attempts of an earlier life left (a worker killed with SIGKILL
 	// leaves every process that left its job's process group) is killed
@@ -312,6 +309,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.log.Info("worker stopped before it could start")
 		return nil
 	}
+	// What a pool uid left when an earlier life was killed between its
+	// attempt's end and the walk goes before the uid is used again; only
+	// now, with no process of an earlier attempt left to make more.
+	w.jobs.cleanAll()
 	if err := w.jobs.clearRoot(); err != nil {
 		return fmt.Errorf("worker %s: %w", w.cfg.Host, err)
 	}

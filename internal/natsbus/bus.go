@@ -165,6 +165,11 @@ func (p *Publisher) Publish(ctx context.Context, msgs []wire.Message) (int, erro
 	timeout := time.NewTimer(p.ackTimeout)
 	defer timeout.Stop()
 	for i := range msgs {
+		if stale > 0 && i == stale {
+			// Past the messages of a timeout round: the rest go out
+			// asynchronously again, and their wait is bounded again.
+			timeout.Reset(p.ackTimeout)
+		}
 		for i >= stale && sent < len(msgs) && sent-i < window {
 			if f, err := p.js.PublishMsgAsync(natsMsg(msgs[sent])); err == nil {
 				futs[sent] = f
@@ -203,9 +208,6 @@ func (p *Publisher) Publish(ctx context.Context, msgs []wire.Message) (int, erro
 			return stored, err
 		}
 		count(ack)
-		if i+1 == stale {
-			timeout.Reset(p.ackTimeout) // the rest go out asynchronously again
-		}
 	}
 	return stored, nil
 }

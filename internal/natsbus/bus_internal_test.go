@@ -67,18 +67,19 @@ func TestPublishBoundsTheWaitForAcks(t *testing.T) {
 type windowJS struct {
 	jetstream.JetStream // unused methods panic
 	mu                  sync.Mutex
-	silent              int // the first this many publishes are never answered
+	silent              int             // the first this many publishes are never answered
+	silentIDs           map[string]bool // and these are never answered either
 	created, awaited    int
 	most                int      // the most created beyond those awaited
 	stored              []string // the ids published synchronously
 }
 
-func (w *windowJS) PublishMsgAsync(*nats.Msg, ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+func (w *windowJS) PublishMsgAsync(m *nats.Msg, _ ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.created++
 	w.most = max(w.most, w.created-w.awaited)
-	if w.created <= w.silent {
+	if w.created <= w.silent || w.silentIDs[m.Header.Get(subjects.MsgIDHeader)] {
 		return &windowFuture{js: w}, nil
 	}
 	ok := make(chan *jetstream.PubAck, 1)
@@ -141,5 +142,28 @@ func TestPublishKeepsAWindowInFlight(t *testing.T) {
 	}
 	if js.created != len(msgs) {
 		t.Errorf("%d messages published asynchronously, want all %d (the ones after the timeout too)", js.created, len(msgs))
+	}
+}
+
+// TestPublishBoundsEveryTimeoutRound: after a timeout round whose last
+// message had its answer in (so it was not published again), the wait for
+// the next message that goes out is bounded again. It was not: a second
+// lost answer left the publish, and the leader's flush, waiting forever.
+func TestPublishBoundsEveryTimeoutRound(t *testing.T) {
+	t.Parallel()
+	js := &windowJS{silentIDs: map[string]bool{"0": true, fmt.Sprint(window): true}}
+	p := NewPublisher(js)
+	p.ackTimeout = 50 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	msgs := make([]wire.Message, window+2)
+	for i := range msgs {
+		msgs[i] = wire.Message{Subject: "gpuq.cmd.sched.dispatch", MsgID: fmt.Sprint(i)}
+	}
+	if _, err := p.Publish(ctx, msgs); err != nil {
+		t.Fatalf("Publish = %v, want both unanswered messages published one by one after their timeouts", err)
+	}
+	if got := js.stored; len(got) != 2 || got[0] != "0" || got[1] != fmt.Sprint(window) {
+		t.Errorf("published one by one: %v, want [0 %d]", got, window)
 	}
 }

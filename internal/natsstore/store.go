@@ -631,10 +631,40 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 		rec scheduler.Record
 		fut jetstream.PubAckFuture
 	}
+	var errs []error
+	timeout := time.NewTimer(writeTimeout)
+	defer timeout.Stop()
+	await := func(w pending) error {
+		select {
+		case ack := <-w.fut.Ok():
+			s.revs[w.rec.Key] = ack.Sequence
+			s.seqs[w.rec.Key] = w.rec.Seq
+			timeout.Reset(writeTimeout)
+		case err := <-w.fut.Err():
+			errs = append(errs, fmt.Errorf("write %s at revision %d: %w", w.rec.Key, s.revs[w.rec.Key], tooLarge(w.rec, mapConflict(err))))
+		case <-timeout.C:
+			// The term ends; the next one reloads what was stored.
+			return fmt.Errorf("write %s: no acknowledgement within %v", w.rec.Key, writeTimeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}
+	// At most writeWindow writes are in flight: the connection's async
+	// publishes are bounded (and shared with the decisions' publisher), and
+	// the first batch after a takeover can hold every record changed since
+	// the checkpoint.
 	var waits []pending
+	next := 0
 	for _, r := range recs {
 		if s.seqs[r.Key] >= r.Seq && s.seqs[r.Key] > 0 {
 			continue
+		}
+		for len(waits)-next >= writeWindow {
+			if err := await(waits[next]); err != nil {
+				return err
+			}
+			next++
 		}
 		m := nats.NewMsg(subjects.KVSubject(s.kv.Bucket(), r.Key))
 		m.Data = r.Value
@@ -663,25 +693,16 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 		}
 		waits = append(waits, pending{r, f})
 	}
-	var errs []error
-	timeout := time.NewTimer(writeTimeout)
-	defer timeout.Stop()
-	for _, w := range waits {
-		select {
-		case ack := <-w.fut.Ok():
-			s.revs[w.rec.Key] = ack.Sequence
-			s.seqs[w.rec.Key] = w.rec.Seq
-		case err := <-w.fut.Err():
-			errs = append(errs, fmt.Errorf("write %s at revision %d: %w", w.rec.Key, s.revs[w.rec.Key], tooLarge(w.rec, mapConflict(err))))
-		case <-timeout.C:
-			// The term ends; the next one reloads what was stored.
-			return fmt.Errorf("write %s: no acknowledgement within %v", w.rec.Key, writeTimeout)
-		case <-ctx.Done():
-			return ctx.Err()
+	for ; next < len(waits); next++ {
+		if err := await(waits[next]); err != nil {
+			return err
 		}
 	}
 	return errors.Join(errs...)
 }
+
+// writeWindow bounds the ledger writes in flight at once.
+const writeWindow = 1024
 
 // tooLarge wraps err, the failure to write rec, in a
 // *scheduler.TooLargeError if the value is too large for the server (its
