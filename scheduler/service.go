@@ -789,8 +789,8 @@ func (t *term) prepare() (*batch, error) {
 // the commands that will make the next. Only the flusher uses the Store
 // while the term runs.
 type flusher struct {
-	in   chan *batch
-	out  chan flushed
+	in    chan *batch
+	out   chan flushed
 	busy  bool      // a batch is in flight: sent on in, its outcome not yet read from out
 	since time.Time // when the batch in flight was sent
 	// halted is set once a batch failed, so the service goroutine stops
@@ -955,8 +955,8 @@ type decisionsStored struct {
 // decisionPublisher stores a term's decisions on the log on a goroutine of
 // its own, one pass at a time, so the service goroutine folds meanwhile.
 type decisionPublisher struct {
-	in   chan *decisions
-	out  chan decisionsStored
+	in    chan *decisions
+	out   chan decisionsStored
 	busy  bool      // a pass is in flight
 	since time.Time // when the pass in flight was sent
 	done  chan struct{}

@@ -37,8 +37,8 @@ type startedLog struct {
 	// after its rename, leaving f on the old file): the next add compacts
 	// first, writing the whole log anew.
 	stale bool
-	lines        int                   // attempt lines in the file, live or expired
-	adds         int                   // adds since the last expiry pass
+	lines int // attempt lines in the file, live or expired
+	adds  int // adds since the last expiry pass
 }
 
 // startedHeader is the log's first line.
