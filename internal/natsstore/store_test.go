@@ -25,6 +25,13 @@ import (
 
 func setup(t testing.TB, cfg natsbus.SetupConfig) (jetstream.JetStream, jetstream.KeyValue) {
 	t.Helper()
+	_, js, kv := setupServer(t, cfg)
+	return js, kv
+}
+
+// setupServer is setup that also returns the server, for a test to stop.
+func setupServer(t testing.TB, cfg natsbus.SetupConfig) (*natstest.Server, jetstream.JetStream, jetstream.KeyValue) {
+	t.Helper()
 	srv := natstest.Start(t)
 	_, js := srv.JetStream(t)
 	ctx := context.Background()
@@ -35,7 +42,7 @@ func setup(t testing.TB, cfg natsbus.SetupConfig) (jetstream.JetStream, jetstrea
 	if err != nil {
 		t.Fatal(err)
 	}
-	return js, kv
+	return srv, js, kv
 }
 
 func account(t *testing.T, balance ledger.Credits, seq uint64) scheduler.Record {
@@ -268,16 +275,8 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 // server is back and the old holder's lease has lapsed.
 func TestAcquireRidesOutTheServersAbsence(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	_, js := srv.JetStream(t)
+	srv, js, kv := setupServer(t, natsbus.SetupConfig{})
 	ctx := context.Background()
-	if err := natsbus.Setup(ctx, js, subjects.Default, natsbus.SetupConfig{}); err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, subjects.Default.LedgerBucket())
-	if err != nil {
-		t.Fatal(err)
-	}
 	old, _ := natsstore.NewLease(js, kv, "old", time.Second)
 	if err := old.Acquire(ctx); err != nil {
 		t.Fatal(err)
@@ -402,16 +401,8 @@ func TestLeaseRepairsAKeyNoSchedulerWrote(t *testing.T) {
 // 120s test deadline).
 func TestWritesGiveUpBeforeTheCallersDeadline(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	_, js := srv.JetStream(t)
+	srv, js, kv := setupServer(t, natsbus.SetupConfig{})
 	ctx := context.Background()
-	if err := natsbus.Setup(ctx, js, subjects.Default, natsbus.SetupConfig{}); err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, subjects.Default.LedgerBucket())
-	if err != nil {
-		t.Fatal(err)
-	}
 	l, _ := natsstore.NewLease(js, kv, "one", time.Second)
 	if err := l.Acquire(ctx); err != nil {
 		t.Fatal(err)
