@@ -88,9 +88,11 @@
 // The worker never writes the ledger, and reads only the record of a job it
 // is told to run: it is told what to run and reports what happened, and the
 // scheduler's fold decides what the reports mean. CUDA_VISIBLE_DEVICES is
-// not a security boundary, and jobs share the host's network, /tmp and
-// /dev/shm (a file a uid's attempt leaves there is readable by the next
-// attempt given that uid): run untrusted jobs in containers for more.
+// not a security boundary, and jobs share the host's network, /tmp,
+// /var/tmp and /dev/shm while they run (with a job uid pool, what an
+// attempt's uid left there is removed, in one walk for every uid released
+// meanwhile, before the uid goes to another attempt; without a pool every
+// job is the worker's user): run untrusted jobs in containers for more.
 //
 // The GPU library is behind [GPU]; internal/nvmlgpu implements it over
 // go-nvml on a real driver or on go-nvml's mock servers (--simulate), and
