@@ -229,3 +229,67 @@ func TestFoldWaitsForTheFlusherPastMaxBatch(t *testing.T) {
 		}
 	})
 }
+
+// stuckLease is granted at once, and each renewal after the first waits
+// until release is closed: Run's goroutine held up in a renewal whose answer
+// is late.
+type stuckLease struct {
+	mu      sync.Mutex
+	renews  int
+	release chan struct{}
+}
+
+func (l *stuckLease) TryAcquire(context.Context) (bool, error) { return true, nil }
+func (l *stuckLease) Release(context.Context) error            { return nil }
+func (l *stuckLease) TTL() time.Duration                       { return time.Second }
+func (l *stuckLease) Renew(ctx context.Context) error {
+	l.mu.Lock()
+	l.renews++
+	first := l.renews == 1
+	l.mu.Unlock()
+	if first {
+		return nil
+	}
+	select {
+	case <-l.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestNoWriteOnceTheLeaseMayHaveLapsed: while Run's goroutine waits on a
+// renewal past the lease's TTL, the flusher, whose write of the records
+// was in flight, sends no effects and writes no checkpoint: a standby may
+// hold the lease by then.
+func TestNoWriteOnceTheLeaseMayHaveLapsed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ops := &opLog{}
+		store := &gateStore{ops: ops, gate: make(chan struct{})}
+		log := &chanLog{c: make(chan scheduler.LogEntry)}
+		lease := &stuckLease{release: make(chan struct{})}
+		svc, err := scheduler.New(scheduler.Config{Store: store, Lease: lease, CommandLog: log,
+			Publisher: &opPublisher{ops: ops}, Hosts: fakeHosts{}, Logger: slog.New(&logRecords{})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- svc.Run(ctx) }()
+		admin, err := wire.EncodeAdmin(subjects.Default, ledger.Admin{Account: "a", ID: "create", Op: ledger.OpCreate, Balance: 1000})
+		log.c <- logEntry(t, 1, admin, err)
+		synctest.Wait()
+		time.Sleep(3 * time.Second) // virtual: renewals are due, and the second waits
+		store.gate <- struct{}{}   // the write ends, the lease's TTL long past
+		synctest.Wait()
+		want := []string{"write-begin 1", "write-end 1 account.a"}
+		if got := ops.all(); strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("flusher calls while the lease may have lapsed:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+		close(lease.release)
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v, want nil", err)
+		}
+	})
+}

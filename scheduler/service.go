@@ -166,6 +166,11 @@ func (c *Config) validate() error {
 type Service struct {
 	cfg Config
 	log *slog.Logger
+	// heldUntil is when the lease may lapse, as far as this leader knows:
+	// the TTL from when its last renewal that succeeded was sent. The
+	// flusher and the decisions' publisher write nothing past it, though
+	// Run's goroutine is held up in a renewal meanwhile.
+	heldUntil atomic.Pointer[time.Time]
 }
 
 // New returns a service, or an error naming the first bad field of cfg.
@@ -464,6 +469,7 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 	ren := s.startRenewer(ctx, cancel)
 	t, fol, hosts, err := s.startTerm(tctx, st)
 	lastRenew, rerr := ren.stop()
+	s.held(lastRenew)
 	if fol != nil {
 		defer fol.Stop()
 	}
@@ -569,6 +575,7 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 				return fmt.Errorf("renew the leader lease: %w", err)
 			}
 			lastRenew = now
+			s.held(now)
 		}
 		if !fl.busy && t.applied >= t.ahead && (len(t.changed) > 0 || len(t.msgs) > 0) {
 			b, err := t.prepare()
@@ -799,6 +806,22 @@ type flusher struct {
 	done   chan struct{}
 }
 
+// held records a renewal of the lease sent at renewed that succeeded.
+func (s *Service) held(renewed time.Time) {
+	until := renewed.Add(s.cfg.Lease.TTL())
+	s.heldUntil.Store(&until)
+}
+
+// stillHeld returns an error once the lease may have lapsed: a write
+// after that could be a deposed leader's.
+func (s *Service) stillHeld() error {
+	until := s.heldUntil.Load()
+	if until == nil || !s.cfg.NowFunc().Before(*until) {
+		return errors.New("the lease may have lapsed: its renewal is late, so this term writes nothing more")
+	}
+	return nil
+}
+
 // writeStallTimeout is how long a batch or a pass of decisions may be in
 // flight before the term takes its writes for stuck and ends: well beyond
 // what every bounded step of a flush (records, effects with their retries,
@@ -850,6 +873,9 @@ func (s *Service) flush(ctx context.Context, b *batch) error {
 	// only in a deleted key. (Sent again after a cut, a record is the same
 	// message, de-duplicated within the window and identical after it.)
 	if len(b.history) > 0 {
+		if err := s.stillHeld(); err != nil {
+			return err
+		}
 		if _, err := s.cfg.Publisher.Publish(ctx, b.history); err != nil {
 			return fmt.Errorf("send the history of archived jobs through %d: %w", b.applied, err)
 		}
@@ -863,6 +889,9 @@ func (s *Service) flush(ctx context.Context, b *batch) error {
 			return fmt.Errorf("cut after %d of %d records at %d: %w", n, len(recs), b.applied, ErrStopped)
 		}
 	}
+	if err := s.stillHeld(); err != nil {
+		return err
+	}
 	if err := s.cfg.Store.Write(ctx, recs); err != nil {
 		return fmt.Errorf("persist through %d: %w", b.applied, err)
 	}
@@ -871,6 +900,9 @@ func (s *Service) flush(ctx context.Context, b *batch) error {
 			return fmt.Errorf("%v: %w", err, ErrStopped)
 		}
 	}
+	if err := s.stillHeld(); err != nil {
+		return err
+	}
 	if _, err := s.cfg.Publisher.Publish(ctx, b.rest); err != nil {
 		return fmt.Errorf("send effects through %d: %w", b.applied, err)
 	}
@@ -878,6 +910,9 @@ func (s *Service) flush(ctx context.Context, b *batch) error {
 		if err := hooks.AfterEffects(b.applied); err != nil {
 			return fmt.Errorf("%v: %w", err, ErrStopped)
 		}
+	}
+	if err := s.stillHeld(); err != nil {
+		return err
 	}
 	if err := s.cfg.Store.Checkpoint(ctx, b.applied); err != nil {
 		return fmt.Errorf("checkpoint %d: %w", b.applied, err)
@@ -967,7 +1002,11 @@ func (s *Service) startDecisions(ctx context.Context) *decisionPublisher {
 	go func() {
 		defer close(p.done)
 		for d := range p.in {
-			stored, err := s.cfg.Publisher.Publish(ctx, d.msgs)
+			err := s.stillHeld()
+			stored := 0
+			if err == nil {
+				stored, err = s.cfg.Publisher.Publish(ctx, d.msgs)
+			}
 			p.out <- decisionsStored{d: d, stored: stored, err: err} // room for it: one pass in flight at most
 		}
 	}()
