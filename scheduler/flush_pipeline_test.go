@@ -280,7 +280,7 @@ func TestNoWriteOnceTheLeaseMayHaveLapsed(t *testing.T) {
 		log.c <- logEntry(t, 1, admin, err)
 		synctest.Wait()
 		time.Sleep(3 * time.Second) // virtual: renewals are due, and the second waits
-		store.gate <- struct{}{}   // the write ends, the lease's TTL long past
+		store.gate <- struct{}{}    // the write ends, the lease's TTL long past
 		synctest.Wait()
 		want := []string{"write-begin 1", "write-end 1 account.a"}
 		if got := ops.all(); strings.Join(got, "\n") != strings.Join(want, "\n") {
