@@ -171,6 +171,7 @@ type sandbox struct {
 	cleaning bool
 	freed    *sync.Cond
 	hurry    chan struct{} // a prepare waits for an id: walk now
+	walk     sharedWalk    // the cleaner's, which alone uses it
 	// report is told of a walk that failed (the ids still go back, as
 	// they always did); set by the worker.
 	report func(error)
@@ -386,7 +387,7 @@ func (s *sandbox) cleaner() {
 			return
 		}
 		s.mu.Unlock()
-		err := removeOwned(batch, s.uids, sharedDirs, s.root)
+		err := s.walk.remove(batch, s.uids, sharedDirs, s.root)
 		s.mu.Lock()
 		s.free = append(s.free, batch...)
 		s.freed.Broadcast()

@@ -4,6 +4,7 @@ package worker
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -522,63 +523,139 @@ func passable(dir string, st *syscall.Stat_t, uids []uint32) bool {
 	return !errors.Is(err, syscall.ENODATA)
 }
 
-// removeOwned removes every file and directory owned by one of uids under
+// sharedWalk removes what pool uids left in the shared directories, and
+// remembers what it saw of every directory it read, so that the next walk
+// reads again only the directories that changed since: a walk reads a
+// directory whose entries changed (its mtime or ctime moved: an entry was
+// made, removed or renamed, or its mode changed), or that holds an entry of
+// a uid being cleaned, and only lstats the subdirectories of the others.
+// Shared directories hold what every program on the host leaves there (a
+// Go module cache alone is 100,000 files); reading all of it for every
+// batch of uids made the walk most of a worker's CPU. Used by one goroutine
+// at a time (the cleaner).
+type sharedWalk struct {
+	seen map[string]*dirSeen
+	// window is racyWindow unless a test sets it.
+	window time.Duration
+}
+
+// dirSeen is what a walk found in one directory.
+type dirSeen struct {
+	ino          uint64
+	mtime, ctime syscall.Timespec
+	// racy: the directory changed so shortly before it was read that a
+	// change right after could keep the same times (they are coarse); it
+	// is read again next time.
+	racy    bool
+	subdirs []string // the names of its subdirectories
+	owners  []uint32 // pool uids that own entries in it, left by the walk
+}
+
+// racyWindow is how recent a directory's change must be for its times not
+// to vouch for its entries.
+const racyWindow = 2 * time.Second
+
+// remove removes every file and directory owned by one of uids under
 // roots, not looking into skip (the job root, whose attempt directories
 // are handled on their own) or into directories none of uids could pass
 // through, unless pool (the whole pool, uids among it) owns them: a pool
-// uid can open its own directory to the others, let them write in it,
-// and close it again before their walk.
-// Symbolic links are removed, never followed.
-func removeOwned(uids []uint32, pool IDRange, roots []string, skip string) error {
+// uid can open its own directory to the others, let them write in it, and
+// close it again before their walk. Symbolic links are removed, never
+// followed. It reads only the directories that changed since w's last
+// walk, or that held an entry of uids then.
+func (w *sharedWalk) remove(uids []uint32, pool IDRange, roots []string, skip string) error {
+	next := map[string]*dirSeen{}
 	var errs []error
-	for _, root := range roots {
-		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-			switch {
-			case errors.Is(err, fs.ErrNotExist):
-				return nil // gone meanwhile, or no such shared directory here
-			case err != nil:
-				errs = append(errs, err)
-				return nil
-			case path == skip:
-				return fs.SkipDir
-			case path == root:
-				return nil
-			}
-			info, err := d.Info()
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			if err != nil {
-				errs = append(errs, err)
-				return nil
-			}
-			st, ok := info.Sys().(*syscall.Stat_t)
-			if !ok {
-				return nil
-			}
-			if !slices.Contains(uids, st.Uid) {
-				if d.IsDir() && !pool.contains(st.Uid) && !passable(path, st, uids) {
-					// Nothing under it can be the uid's: it could not reach
-					// it to create anything. Most of what other software
-					// keeps in /tmp is such (0700 build and cache
-					// directories), and walking it made the walk most of a
-					// worker's CPU per job.
-					return fs.SkipDir
+	now := time.Now()
+	window := cmp.Or(w.window, racyWindow)
+	var visit func(dir string, st *syscall.Stat_t)
+	// enter visits dir, found with st, if one of uids could have made
+	// something in it.
+	enter := func(dir string, st *syscall.Stat_t) {
+		if dir == skip {
+			return
+		}
+		if !slices.Contains(uids, st.Uid) && !pool.contains(st.Uid) && !passable(dir, st, uids) {
+			// Nothing under it can be theirs: they could not reach it to
+			// make anything. Much of what other software keeps in /tmp
+			// is such (0700 build and cache directories).
+			return
+		}
+		visit(dir, st)
+	}
+	visit = func(dir string, st *syscall.Stat_t) {
+		if old := w.seen[dir]; old != nil && !old.racy && old.ino == st.Ino && old.mtime == st.Mtim && old.ctime == st.Ctim &&
+			!slices.ContainsFunc(old.owners, func(u uint32) bool { return slices.Contains(uids, u) }) {
+			// No entry made, removed or renamed since, and none of
+			// uids's was in it: only its subdirectories can hold
+			// anything new.
+			next[dir] = old
+			for _, name := range old.subdirs {
+				sub := filepath.Join(dir, name)
+				var sst syscall.Stat_t
+				if err := syscall.Lstat(sub, &sst); err != nil {
+					if !errors.Is(err, syscall.ENOENT) {
+						errs = append(errs, &fs.PathError{Op: "lstat", Path: sub, Err: err})
+					}
+					continue
 				}
-				return nil
+				if sst.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+					enter(sub, &sst)
+				}
 			}
-			if err := os.RemoveAll(path); err != nil {
+			return
+		}
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
 				errs = append(errs, err)
 			}
-			if d.IsDir() {
-				return fs.SkipDir
+			return // not remembered: read again next time
+		}
+		seen := &dirSeen{ino: st.Ino, mtime: st.Mtim, ctime: st.Ctim,
+			racy: now.Sub(time.Unix(st.Mtim.Unix())) < window || now.Sub(time.Unix(st.Ctim.Unix())) < window}
+		for _, e := range ents {
+			path := filepath.Join(dir, e.Name())
+			if path == skip {
+				continue
 			}
-			return nil
-		})
-		if err != nil {
-			errs = append(errs, err)
+			var est syscall.Stat_t
+			if err := syscall.Lstat(path, &est); err != nil {
+				if !errors.Is(err, syscall.ENOENT) {
+					errs = append(errs, &fs.PathError{Op: "lstat", Path: path, Err: err})
+				}
+				continue
+			}
+			if slices.Contains(uids, est.Uid) {
+				if err := os.RemoveAll(path); err != nil {
+					errs = append(errs, err)
+					seen.owners = append(seen.owners, est.Uid) // looked at again next time
+				}
+				continue
+			}
+			if pool.contains(est.Uid) && !slices.Contains(seen.owners, est.Uid) {
+				seen.owners = append(seen.owners, est.Uid)
+			}
+			if est.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+				seen.subdirs = append(seen.subdirs, e.Name())
+				enter(path, &est)
+			}
+		}
+		next[dir] = seen
+	}
+	for _, root := range roots {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(root, &st); err != nil {
+			if !errors.Is(err, syscall.ENOENT) {
+				errs = append(errs, &fs.PathError{Op: "lstat", Path: root, Err: err})
+			}
+			continue // no such shared directory here
+		}
+		if st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+			visit(root, &st)
 		}
 	}
+	w.seen = next
 	if len(errs) > 0 {
 		return fmt.Errorf("remove what uids %v left in %v: %w", uids, roots, errors.Join(errs...))
 	}

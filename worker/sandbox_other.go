@@ -17,7 +17,10 @@ func hideWorker() error { return nil }
 // Pools are refused outside Linux, so no uid leaves files to remove.
 var sharedDirs []string
 
-func removeOwned([]uint32, IDRange, []string, string) error { return nil }
+// sharedWalk has nothing to walk outside Linux.
+type sharedWalk struct{}
+
+func (*sharedWalk) remove([]uint32, IDRange, []string, string) error { return nil }
 
 // clearXattrs does not know this system's extended attributes: an
 // attempt's directory is removed, not kept as a spare.
