@@ -93,6 +93,10 @@
 // attempt's uid left there is removed, in one walk for every uid released
 // meanwhile, before the uid goes to another attempt; without a pool every
 // job is the worker's user): run untrusted jobs in containers for more.
+// Mount those directories nosuid: a setuid copy of a shell an attempt
+// leaves there lets any process that runs it become the attempt's uid
+// until the walk removes it, and the sweeps find such a process only if it
+// ran as a pool uid before.
 //
 // The GPU library is behind [GPU]; internal/nvmlgpu implements it over
 // go-nvml on a real driver or on go-nvml's mock servers (--simulate), and

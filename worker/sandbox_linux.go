@@ -265,12 +265,17 @@ type seenProc struct {
 
 // find lists the live processes match accepts, never the worker itself,
 // reading every process afresh.
-func find(match matcher) ([]int, error) { return findProcs(match, true) }
+func find(match matcher) ([]int, error) { return findProcs(match, true, IDRange{}) }
 
 // findSeen lists the live processes match accepts, never the worker
 // itself, as find does, but reads a process only when it is new since the
-// last read or what was read of it matches (see the top of this file).
-func findSeen(match matcher) ([]int, error) { return findProcs(match, false) }
+// last read, what was read of it matches (see the top of this file), or it
+// ran as a uid of pool: a job's process can exec a setuid copy of a shell
+// another attempt's uid left and become that uid, and its /proc entry
+// stays the same.
+func findSeen(pool IDRange) func(matcher) ([]int, error) {
+	return func(match matcher) ([]int, error) { return findProcs(match, false, pool) }
+}
 
 // reread reads pid's status afresh, keeping the marker an earlier read of
 // the same process found.
@@ -287,7 +292,7 @@ func reread(pid int, old *seenProc) (procInfo, error) {
 // findProcs lists the live processes match accepts, never the worker
 // itself, reading every process (all) or only those new or matching, and
 // keeps what it read in seen.
-func findProcs(match matcher, all bool) ([]int, error) {
+func findProcs(match matcher, all bool, pool IDRange) ([]int, error) {
 	self := os.Getpid()
 	seen.Lock()
 	defer seen.Unlock()
@@ -308,7 +313,7 @@ func findProcs(match matcher, all bool) ([]int, error) {
 		if c != nil && (c.ino != e.ino || e.ino <= 1) { // 1: /proc could not say
 			c = nil // another process of the same pid
 		}
-		if all || c == nil {
+		if all || c == nil || slices.ContainsFunc(c.info.uids[:], pool.contains) {
 			p, err := reread(e.pid, c)
 			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 				continue // exited meanwhile
@@ -451,7 +456,7 @@ func (s *sandbox) signalAttempt(j *jail, leader int, alive bool, sig syscall.Sig
 
 // sweepAttempt kills j's processes and reports whether any is left.
 func (s *sandbox) sweepAttempt(j *jail, leader int, alive bool) error {
-	return sweep("the attempt in "+j.dir, s.attemptMatcher(j, leader, alive), findSeen)
+	return sweep("the attempt in "+j.dir, s.attemptMatcher(j, leader, alive), findSeen(s.uids))
 }
 
 // reclaim kills what attempts of an earlier life of the worker left.
@@ -623,6 +628,7 @@ func (w *sharedWalk) remove(uids []uint32, pool IDRange, roots []string, skip st
 			if err := syscall.Lstat(path, &est); err != nil {
 				if !errors.Is(err, syscall.ENOENT) {
 					errs = append(errs, &fs.PathError{Op: "lstat", Path: path, Err: err})
+					seen.racy = true // what it holds is unknown: read it again next time
 				}
 				continue
 			}

@@ -40,6 +40,10 @@ import (
 const secret = "s3cret-worker-password"
 
 func TestMain(m *testing.M) {
+	if ids := os.Getenv("GPUQ_TEST_SWITCH_UIDS"); ids != "" {
+		switchUIDs(ids) // a helper process of TestSweepRereadsAProcessThatChangedItsPoolUID
+		return
+	}
 	for k, v := range map[string]string{
 		"NATS_URL":   "nats://worker:" + secret + "@127.0.0.1:4222",
 		"NATS_CREDS": "/etc/gpuq/" + secret + ".creds",

@@ -1,0 +1,84 @@
+package worker
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// switchUIDs runs as uid a (keeping root as its saved uid), says "a" on
+// stdout, waits for a line on stdin, then becomes uid b, as a process of a
+// pool uid does that execs a setuid copy of a shell another attempt's uid
+// left, says "b", and waits to be killed.
+func switchUIDs(ids string) {
+	var a, b int
+	if _, err := fmt.Sscanf(ids, "%d,%d", &a, &b); err != nil {
+		os.Exit(2)
+	}
+	if err := syscall.Setresuid(a, a, 0); err != nil {
+		os.Exit(3)
+	}
+	fmt.Println("a")
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n') // the test's go-ahead
+	if err := syscall.Setresuid(0, 0, 0); err != nil {
+		os.Exit(4)
+	}
+	if err := syscall.Setresuid(b, b, b); err != nil {
+		os.Exit(5)
+	}
+	fmt.Println("b")
+	select {}
+}
+
+// TestSweepRereadsAProcessThatChangedItsPoolUID: a process seen running as
+// one pool uid that then runs as another (its /proc entry the same) is
+// found by a sweep for the second: the sweep reads afresh every process
+// seen as a pool uid.
+func TestSweepRereadsAProcessThatChangedItsPoolUID(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("changing uids takes root")
+	}
+	pool := IDRange{First: 3_200_000, Last: 3_200_009}
+	a, b := pool.First, pool.First+1
+	cmd := exec.Command(os.Args[0], "-test.run", "^$")
+	cmd.Env = append(os.Environ(), "GPUQ_TEST_SWITCH_UIDS="+fmt.Sprintf("%d,%d", a, b))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	out := bufio.NewReader(stdout)
+	said := func(want string) {
+		t.Helper()
+		line, err := out.ReadString('\n')
+		if err != nil || strings.TrimSpace(line) != want {
+			t.Fatalf("helper said %q, %v; want %q", line, err, want)
+		}
+	}
+	pid := cmd.Process.Pid
+	runsAs := func(uid uint32) matcher {
+		return func(p *procInfo, _ map[int]procInfo) bool { return p.pid == pid && p.uids[1] == uid }
+	}
+	said("a")
+	if got, err := findSeen(pool)(runsAs(a)); err != nil || len(got) != 1 {
+		t.Fatalf("sweep for uid %d: %v, %v; want the helper %d", a, got, err, pid)
+	}
+	if _, err := stdin.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	said("b")
+	if got, err := findSeen(pool)(runsAs(b)); err != nil || len(got) != 1 {
+		t.Fatalf("sweep for uid %d after the helper became it: %v, %v; want the helper %d", b, got, err, pid)
+	}
+}
