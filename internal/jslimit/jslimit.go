@@ -19,7 +19,9 @@ package jslimit
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -54,6 +56,16 @@ type Config struct {
 	// Window bounds the publishes awaiting acknowledgement. Defaults to
 	// 1,024, the scheduler's own chunk.
 	Window int
+	// Name names the scratch stream (upper-cased) and bucket, and the
+	// stream's subject; it must be a valid stream and bucket name.
+	// Defaults to jslimit_ and a random suffix.
+	Name string
+	// Replicas is the scratch stream's and bucket's replication factor,
+	// as the installation measured uses. Defaults to 1.
+	Replicas int
+	// Timeout bounds the wait for each window's or round's
+	// acknowledgements. Defaults to 30s.
+	Timeout time.Duration
 }
 
 func (c *Config) defaults() {
@@ -72,6 +84,15 @@ func (c *Config) defaults() {
 	if c.Window <= 0 {
 		c.Window = 1024
 	}
+	if c.Name == "" {
+		c.Name = "jslimit_" + rand.Text()[:10]
+	}
+	if c.Replicas <= 0 {
+		c.Replicas = 1
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 30 * time.Second
+	}
 }
 
 // Measure measures the server js is connected to with the default
@@ -82,7 +103,7 @@ func Measure(ctx context.Context, js jetstream.JetStream) (Limit, error) {
 
 // Measure measures the server js is connected to: first the publishes, then
 // the KV writes, each on a stream it creates for the purpose and deletes
-// afterwards.
+// afterwards; a scratch stream it could not delete is an error.
 func (c Config) Measure(ctx context.Context, js jetstream.JetStream) (Limit, error) {
 	c.defaults()
 	var l Limit
@@ -98,14 +119,18 @@ func (c Config) Measure(ctx context.Context, js jetstream.JetStream) (Limit, err
 
 // publish stores c.Messages messages on a stream of its own and returns
 // their rate.
-func (c Config) publish(ctx context.Context, js jetstream.JetStream) (float64, error) {
-	name := "JSLIMIT_" + rand.Text()[:10]
-	subject := "jslimit." + name
+func (c Config) publish(ctx context.Context, js jetstream.JetStream) (_ float64, err error) {
+	name := strings.ToUpper(c.Name)
+	subject := c.Name + ".msgs"
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject},
-		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute}); err != nil {
+		Storage: jetstream.FileStorage, Replicas: c.Replicas, Duplicates: 2 * time.Minute}); err != nil {
 		return 0, fmt.Errorf("jslimit: create stream %s: %w", name, err)
 	}
-	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), name) }() // best effort: a test server goes away anyway
+	defer func() {
+		if derr := remove(ctx, func(ctx context.Context) error { return js.DeleteStream(ctx, name) }); derr != nil {
+			err = errors.Join(err, fmt.Errorf("jslimit: delete stream %s: %w", name, derr))
+		}
+	}()
 	body := make([]byte, c.Size)
 	for i := range body {
 		body[i] = 'x'
@@ -123,13 +148,13 @@ func (c Config) publish(ctx context.Context, js jetstream.JetStream) (float64, e
 		}
 		futs = append(futs, f)
 		if len(futs) == c.Window {
-			if err := await(ctx, futs); err != nil {
+			if err := c.await(ctx, futs); err != nil {
 				return 0, err
 			}
 			futs = futs[:0]
 		}
 	}
-	if err := await(ctx, futs); err != nil {
+	if err := c.await(ctx, futs); err != nil {
 		return 0, err
 	}
 	return float64(c.Messages) / time.Since(began).Seconds(), nil
@@ -138,13 +163,16 @@ func (c Config) publish(ctx context.Context, js jetstream.JetStream) (float64, e
 // cas stores c.Writes compare-and-swap writes over c.Keys keys of a bucket
 // of its own and returns their rate. Each round writes every key once,
 // pipelined, each on the revision the last round's acknowledgement gave.
-func (c Config) cas(ctx context.Context, js jetstream.JetStream) (float64, error) {
-	bucket := "jslimit_" + rand.Text()[:10]
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: 1, Storage: jetstream.FileStorage})
-	if err != nil {
+func (c Config) cas(ctx context.Context, js jetstream.JetStream) (_ float64, err error) {
+	bucket := c.Name
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas}); err != nil {
 		return 0, fmt.Errorf("jslimit: create bucket %s: %w", bucket, err)
 	}
-	defer func() { _ = js.DeleteKeyValue(context.WithoutCancel(ctx), kv.Bucket()) }() // best effort
+	defer func() {
+		if derr := remove(ctx, func(ctx context.Context) error { return js.DeleteKeyValue(ctx, bucket) }); derr != nil {
+			err = errors.Join(err, fmt.Errorf("jslimit: delete bucket %s: %w", bucket, derr))
+		}
+	}()
 	body := make([]byte, c.Size)
 	for i := range body {
 		body[i] = 'y'
@@ -169,12 +197,15 @@ func (c Config) cas(ctx context.Context, js jetstream.JetStream) (float64, error
 			}
 			futs = append(futs, f)
 		}
+		timeout := time.After(c.Timeout)
 		for k, f := range futs {
 			select {
 			case ack := <-f.Ok():
 				revs[k] = ack.Sequence
 			case err := <-f.Err():
 				return 0, fmt.Errorf("jslimit: write k%d at revision %d: %w", k, revs[k], err)
+			case <-timeout:
+				return 0, fmt.Errorf("jslimit: write k%d: no acknowledgement within %v", k, c.Timeout)
 			case <-ctx.Done():
 				return 0, ctx.Err()
 			}
@@ -184,16 +215,27 @@ func (c Config) cas(ctx context.Context, js jetstream.JetStream) (float64, error
 	return float64(written) / time.Since(began).Seconds(), nil
 }
 
-// await waits for every future's acknowledgement.
-func await(ctx context.Context, futs []jetstream.PubAckFuture) error {
+// await waits for every future's acknowledgement, at most c.Timeout.
+func (c Config) await(ctx context.Context, futs []jetstream.PubAckFuture) error {
+	timeout := time.After(c.Timeout)
 	for _, f := range futs {
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
 			return fmt.Errorf("jslimit: publish: %w", err)
+		case <-timeout:
+			return fmt.Errorf("jslimit: publish: no acknowledgement within %v", c.Timeout)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
 	return nil
+}
+
+// remove runs del on a context of its own, so that what was measured on is
+// removed even when ctx has ended.
+func remove(ctx context.Context, del func(context.Context) error) error {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	return del(dctx)
 }
