@@ -232,7 +232,10 @@ func (a *answers) wait(ctx context.Context, t *ticket, seq uint64) (answer, erro
 			return answer{}, ctx.Err()
 		case <-check.C:
 			a.mu.Lock()
-			stalled := time.Since(a.lastAt) >= answersPatience
+			// Quiet from the later of the follower's last delivery and
+			// this wait's start: an account quiet before the call is not
+			// a stall.
+			stalled := time.Since(later(a.lastAt, t.at)) >= answersPatience
 			a.mu.Unlock()
 			if stalled {
 				select {
@@ -332,4 +335,12 @@ func (a *answers) resolve(t *ticket) {
 		a.kept = slices.Delete(a.kept, 0, drop)
 		a.base = keepFrom
 	}
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

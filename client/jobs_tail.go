@@ -113,7 +113,7 @@ func (c *Client) readSubmissions(ctx context.Context, filter string, lo, hi uint
 	// The consumer lapses by itself once read (InactiveThreshold), as the
 	// ones of Watch do.
 	cons, err := c.js.OrderedConsumer(ctx, c.n.EventsStream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter},
-		NamePrefix: ConsumerName(), DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: lo, InactiveThreshold: 10 * time.Second})
+		NamePrefix: ConsumerName(), DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: lo, InactiveThreshold: answersThreshold})
 	if err != nil {
 		return 0, 0, fmt.Errorf("read %s: %w", c.n.EventsStream(), err)
 	}

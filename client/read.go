@@ -239,9 +239,11 @@ func (c *Client) Jobs(ctx context.Context, f JobFilter) (JobPage, error) {
 	byEnd := !f.Since.IsZero() || !f.Until.IsZero()
 	if f.Limit > 0 && !byEnd {
 		tail, ok, err := c.tailPage(ctx, f, after)
-		if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		if err != nil && ctx.Err() != nil {
 			return page, err
 		}
+		// Any other failure of the tail (no events stream, no right to
+		// read it, a timeout) leaves the full read, which says its own.
 		if ok {
 			return tail, nil
 		}
