@@ -46,7 +46,7 @@ func (s *Service) startRenewer(ctx context.Context, cancel context.CancelCauseFu
 			err := s.cfg.Lease.Renew(ctx)
 			now := s.cfg.NowFunc()
 			if err == nil {
-				r.last, r.renewals = sent, r.renewals+1
+				r.last = sent
 				continue
 			}
 			if !errors.Is(err, ErrLeaseLost) && now.Sub(r.last)+every < s.cfg.Lease.TTL() {
@@ -64,12 +64,11 @@ func (s *Service) startRenewer(ctx context.Context, cancel context.CancelCauseFu
 // renewer is the lease's renewal while a term starts.
 type renewer struct {
 	stopc, done chan struct{}
-	// Set by the goroutine, read after done: the last successful renewal
-	// (or the start), how many there were, and why renewing ended the
-	// term's start.
-	last     time.Time
-	renewals int
-	err      error
+	// Set by the goroutine, read after done: when the last successful
+	// renewal was sent (or the start), and why renewing ended the term's
+	// start.
+	last time.Time
+	err  error
 }
 
 // stop ends the renewals, waiting for one in flight, and returns when the

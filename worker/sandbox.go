@@ -476,7 +476,16 @@ func (s *sandbox) takeSpare(dir string) bool {
 // has. recycle reports false, having left the directory for the caller to
 // remove, when a step fails, when the directory is not one it can make
 // fresh (see clearXattrs), or when there are spares enough.
+//
+// With a pool it never recycles: a directory is the same inode to every
+// attempt that gets it, and a process of another pool uid that opened it
+// while an earlier attempt had opened it to all keeps listing (getdents)
+// or watching (inotify) the names a later attempt, maybe another
+// tenant's, makes in it; a new directory is a new inode.
 func (s *sandbox) recycle(j *jail) bool {
+	if j.pooled {
+		return false
+	}
 	s.mu.Lock()
 	full := len(s.spare) >= maxSpare
 	name := filepath.Join(s.root, fmt.Sprintf(".spare-%d", s.spareN))

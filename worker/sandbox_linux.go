@@ -162,13 +162,6 @@ func readStatus(pid int) (procInfo, error) {
 	return p, nil
 }
 
-// marker returns the value of pid's GPUQ_SANDBOX variable, "" when it has
-// none or its environment cannot be read.
-func marker(pid int) string {
-	m, _ := readMarker(pid)
-	return m
-}
-
 // readMarker returns the value of pid's GPUQ_SANDBOX variable, and
 // whether its environment was read and not empty.
 func readMarker(pid int) (string, bool) {

@@ -26,6 +26,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpuq/gpuq/subjects"
 )
 
 // Limit is what one server stored at most, per second.
@@ -54,7 +56,7 @@ type Config struct {
 	// about a gpuq job record or event.
 	Size int
 	// Window bounds the publishes awaiting acknowledgement. Defaults to
-	// 1,024, the scheduler's own chunk.
+	// 1,024, the scheduler's publish window.
 	Window int
 	// Name names the scratch stream (upper-cased) and bucket, and the
 	// stream's subject; it must be a valid stream and bucket name.
@@ -178,9 +180,9 @@ func (c Config) cas(ctx context.Context, js jetstream.JetStream) (_ float64, err
 		body[i] = 'y'
 	}
 	revs := make([]uint64, c.Keys)
-	subjects := make([]string, c.Keys)
-	for k := range subjects {
-		subjects[k] = fmt.Sprintf("$KV.%s.k%d", bucket, k)
+	keys := make([]string, c.Keys)
+	for k := range keys {
+		keys[k] = subjects.KVSubject(bucket, fmt.Sprintf("k%d", k))
 	}
 	futs := make([]jetstream.PubAckFuture, 0, c.Keys)
 	began := time.Now()
@@ -189,7 +191,7 @@ func (c Config) cas(ctx context.Context, js jetstream.JetStream) (_ float64, err
 		n := min(c.Keys, c.Writes-written)
 		futs = futs[:0]
 		for k := range n {
-			m := nats.NewMsg(subjects[k])
+			m := nats.NewMsg(keys[k])
 			m.Data = body
 			f, err := js.PublishMsgAsync(m, jetstream.WithExpectLastSequencePerSubject(revs[k]))
 			if err != nil {
