@@ -88,9 +88,9 @@ type Config struct {
 	// KeepAttemptDirs keeps an attempt's directory after it ends (handed
 	// back to the worker's user, so no later attempt can read it), and
 	// what is in the job root at start. Defaults to false: each is
-	// emptied once the attempt's processes are gone, and kept under a
-	// spare name for a later attempt (which it is as fresh to as a new
-	// one), or removed.
+	// emptied once the attempt's processes are gone, and, without a job
+	// uid pool, kept under a spare name for a later attempt (which it is
+	// as fresh to as a new one), or removed.
 	KeepAttemptDirs bool
 	// JobUIDs is the pool of ids the attempts run as, one per attempt, as
 	// both uid and gid, with no supplementary groups: an attempt then
