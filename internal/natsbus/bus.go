@@ -208,6 +208,11 @@ func (p *Publisher) Publish(ctx context.Context, msgs []wire.Message) (int, erro
 			return stored, err
 		}
 		count(ack)
+		if i >= stale {
+			// A retry outside a timeout round takes what time it takes:
+			// the next message's wait starts afresh, not from before it.
+			timeout.Reset(p.ackTimeout)
+		}
 	}
 	return stored, nil
 }

@@ -123,7 +123,7 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 	// by decoders of their own, while the watch delivers the rest; a key
 	// whose value a newer one replaces meanwhile is decoded again.
 	dec := startDecoders()
-	defer dec.stop()
+	defer dec.wait() // ends them when the load fails too
 	sized := false
 	// The watch delivers every current value and then a nil marker. If the
 	// server goes away meanwhile nothing more comes, so a pause longer than
@@ -304,9 +304,6 @@ func (d *decoders) wait() {
 	d.once.Do(func() { close(d.work) })
 	d.wg.Wait()
 }
-
-// stop ends the decoders (after wait, or when the load failed).
-func (d *decoders) stop() { d.wait() }
 
 // decodeJob decodes l's value, the record at a job key, refusing one that
 // names another job.
