@@ -27,6 +27,7 @@ import (
 // between the two.
 type answers struct {
 	filter string
+	ready  chan struct{} // closed once the consumer is open (it is set) or failed to open (err is set)
 	it     jetstream.MessagesContext
 
 	mu      sync.Mutex
@@ -81,11 +82,32 @@ const answersIdle = 30 * time.Second
 const answersThreshold = 10 * time.Second
 
 // answersFor returns the client's follower of filter, started if there is
-// none, counted as used until release.
+// none, counted as used until release. The consumer is created without the
+// client's lock: a creation that hangs (JetStream unreachable) holds up
+// only the calls waiting for that same follower, each until its own
+// context ends, not every other call of the client.
 func (c *Client) answersFor(ctx context.Context, filter string) (*answers, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if a := c.answers[filter]; a != nil {
+	for {
+		c.mu.Lock()
+		a := c.answers[filter]
+		if a == nil {
+			a = &answers{filter: filter, users: 1, ready: make(chan struct{}), done: make(chan struct{}), waiting: map[uint64][]*ticket{}}
+			if c.answers == nil {
+				c.answers = map[string]*answers{}
+			}
+			c.answers[filter] = a
+			c.mu.Unlock()
+			if err := c.start(ctx, a); err != nil {
+				return nil, err
+			}
+			return a, nil
+		}
+		c.mu.Unlock()
+		select {
+		case <-a.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 		a.mu.Lock()
 		ok := a.err == nil
 		if ok {
@@ -99,19 +121,40 @@ func (c *Client) answersFor(ctx context.Context, filter string) (*answers, error
 		if ok {
 			return a, nil
 		}
-		delete(c.answers, filter)
+		// It failed or was stopped: take it out (if still there) and start
+		// another. A start that failed on its caller's context is no
+		// reason for this call to fail.
+		c.mu.Lock()
+		if c.answers[filter] == a {
+			delete(c.answers, filter)
+		}
+		c.mu.Unlock()
 	}
-	it, err := c.open(ctx, filter, jetstream.DeliverNewPolicy)
+}
+
+// start opens a's consumer and starts its follower, or takes a out of the
+// client's followers if the consumer could not be opened. Either way it
+// closes a.ready.
+func (c *Client) start(ctx context.Context, a *answers) error {
+	defer close(a.ready)
+	it, err := c.open(ctx, a.filter, jetstream.DeliverNewPolicy)
 	if err != nil {
-		return nil, err
+		a.mu.Lock()
+		a.err = err
+		a.mu.Unlock()
+		c.mu.Lock()
+		if c.answers[a.filter] == a {
+			delete(c.answers, a.filter)
+		}
+		c.mu.Unlock()
+		close(a.done)
+		return err
 	}
-	a := &answers{filter: filter, it: it, users: 1, done: make(chan struct{}), waiting: map[uint64][]*ticket{}, lastAt: time.Now()}
-	if c.answers == nil {
-		c.answers = map[string]*answers{}
-	}
-	c.answers[filter] = a
+	a.mu.Lock()
+	a.it, a.lastAt = it, time.Now()
+	a.mu.Unlock()
 	go a.follow()
-	return a, nil
+	return nil
 }
 
 // release ends one use of a; the last user's release stops it after

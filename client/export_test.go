@@ -26,7 +26,8 @@ func StallAnswers(ctx context.Context, c *Client, filter, silent string) error {
 	if err != nil {
 		return err
 	}
-	a := &answers{filter: filter, it: it, done: make(chan struct{}), waiting: map[uint64][]*ticket{}, lastAt: time.Now()}
+	a := &answers{filter: filter, it: it, ready: make(chan struct{}), done: make(chan struct{}), waiting: map[uint64][]*ticket{}, lastAt: time.Now()}
+	close(a.ready)
 	c.mu.Lock()
 	old := c.answers[filter]
 	if c.answers == nil {
