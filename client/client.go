@@ -78,6 +78,9 @@ type Client struct {
 	js      jetstream.JetStream
 	n       subjects.Names
 	timeout time.Duration
+	// tailReorder is the tail's reorder bound (jobs_tail.go): tailReorder,
+	// or less in tests, which would otherwise need thousands of events.
+	tailReorder int
 
 	mu sync.Mutex
 	kv jetstream.KeyValue // the ledger bucket, once a read has opened it
@@ -123,7 +126,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{js: js, n: subjects.Default, timeout: 30 * time.Second}
+	c := &Client{js: js, n: subjects.Default, timeout: 30 * time.Second, tailReorder: tailReorder}
 	for _, o := range opts {
 		if err := o(c); err != nil {
 			return nil, err

@@ -18,6 +18,10 @@ func (c *Client) TailPage(ctx context.Context, f JobFilter) (JobPage, bool, erro
 	return c.tailPage(ctx, f, after)
 }
 
+// SetTailReorder sets the reorder bound c's tail reads assume (see
+// tailReorder) to n.
+func SetTailReorder(c *Client, n int) { c.tailReorder = n }
+
 // StallAnswers puts in place of c's follower of filter one that delivers
 // nothing, as a follower whose consumer went with its server does: a real
 // consumer of silent, a subject nobody publishes to.
