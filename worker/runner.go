@@ -1,11 +1,14 @@
 package worker
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -62,7 +65,18 @@ type process struct {
 // sandbox.go) with its output going to stdout and stderr. The child runs in
 // a new process group, with an environment of its own (see jobEnv).
 func startProcess(sb *sandbox, j *jail, s Spec, stdout, stderr io.Writer, grace time.Duration, log *slog.Logger) (*process, error) {
-	cmd := exec.Command(s.Command[0], s.Command[1:]...)
+	p, err := startCommand(sb, j, s, stdout, stderr, grace, log, true)
+	if err != nil && errors.Is(err, fs.ErrNotExist) {
+		// A program found in PATH a moment ago may have gone: look
+		// for it again.
+		p, err = startCommand(sb, j, s, stdout, stderr, grace, log, false)
+	}
+	return p, err
+}
+
+func startCommand(sb *sandbox, j *jail, s Spec, stdout, stderr io.Writer, grace time.Duration, log *slog.Logger, cached bool) (*process, error) {
+	cmd := exec.Command(lookPath(s.Command[0], cached), s.Command[1:]...)
+	cmd.Args[0] = s.Command[0]
 	cmd.Env = jobEnv(os.Environ(), s)
 	cmd.Dir = s.Dir
 	if s.Workdir != "" {
@@ -81,6 +95,49 @@ func startProcess(sb *sandbox, j *jail, s Spec, stdout, stderr io.Writer, grace 
 		return nil, err
 	}
 	return &process{cmd: cmd, sb: sb, jail: j, log: log, start: time.Now(), done: make(chan struct{}), grace: grace}, nil
+}
+
+// lookPath is where exec.Command finds name, a program named without a
+// directory, in the worker's PATH, as it was found at most pathTTL ago
+// (unless cached is false): a search of every directory of PATH costs a
+// dozen system calls, for every attempt. A program installed in an
+// earlier directory of PATH is found within pathTTL; one that is gone
+// makes the start fail with ENOENT, and startProcess looks again. Any
+// other name is itself.
+func lookPath(name string, cached bool) string {
+	if strings.ContainsRune(name, '/') {
+		return name
+	}
+	path := os.Getenv("PATH")
+	now := time.Now()
+	paths.Lock()
+	defer paths.Unlock()
+	if e, ok := paths.m[name]; ok && cached && e.path == path && now.Sub(e.at) < pathTTL {
+		return e.found
+	}
+	found, err := exec.LookPath(name)
+	if err != nil {
+		delete(paths.m, name)
+		return name // exec.Command looks again and fails with why
+	}
+	if len(paths.m) >= 1024 {
+		clear(paths.m) // a bound: names are the jobs'
+	}
+	paths.m[name] = pathEntry{path: path, found: found, at: now}
+	return found
+}
+
+// pathTTL is how long lookPath keeps what it found.
+const pathTTL = time.Second
+
+var paths = struct {
+	sync.Mutex
+	m map[string]pathEntry
+}{m: map[string]pathEntry{}}
+
+type pathEntry struct {
+	path, found string // the PATH searched, and what it found
+	at          time.Time
 }
 
 // devNull is /dev/null, open for reading, the stdin of every attempt
