@@ -112,4 +112,3 @@ func TestSandboxRecycledDirectoryIsFresh(t *testing.T) {
 		})
 	}
 }
-
