@@ -370,3 +370,24 @@ func TestOutagesAreLoggedOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestRunClosesTheStartedLog: once Run has returned, the worker's record
+// of started attempts is closed (its file no longer held open).
+func TestRunClosesTheStartedLog(t *testing.T) {
+	t.Parallel()
+	bus := newFakeBus()
+	f := startFake(t, bus, 1, nil)
+	bus.sendOrder(t, dispatchOrder("j", 1, 1, "true"))
+	for _, want := range []ledger.ReportType{ledger.ReportStarted, ledger.ReportDone} {
+		if r := bus.nextReport(t); r.Type != want {
+			t.Fatalf("report %+v, want %s", r, want)
+		}
+	}
+	f.stop(t)
+	f.w.state.mu.Lock()
+	closed, open := f.w.state.closed, f.w.state.f != nil
+	f.w.state.mu.Unlock()
+	if !closed || open {
+		t.Errorf("after Run: the started log closed %v, its file open %v; want closed", closed, open)
+	}
+}

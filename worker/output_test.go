@@ -5,10 +5,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/wire"
 )
 
@@ -121,5 +126,45 @@ func TestOutputEndSaysHowMuchWasDropped(t *testing.T) {
 		if end.End == "" || end.Truncated != c.trunc || end.Dropped != c.dropped {
 			t.Errorf("writes %q: end marker %+v, want truncated %v, dropped %d", c.writes, end, c.trunc, c.dropped)
 		}
+	}
+}
+
+// TestOutputOfALingeringGrandchild: a job that exits while a process it
+// left holds its output pipes open (and goes on writing) ends within the
+// output delay, not when that process ends: what was written before it
+// exited is in its output, before the end marker, and the process is
+// swept.
+func TestOutputOfALingeringGrandchild(t *testing.T) {
+	t.Parallel()
+	bus := newFakeBus()
+	startFake(t, bus, 1, nil)
+	bus.sendOrder(t, dispatchOrder("linger", 1, 1, "sh", "-c",
+		`(while :; do echo tick; sleep 0.1; done) & echo "child=$!"; echo first; echo oops >&2`))
+	if r := bus.nextReport(t); r.Type != ledger.ReportStarted {
+		t.Fatalf("report %+v, want started", r)
+	}
+	start := time.Now()
+	if r := bus.nextReport(t); r.Type != ledger.ReportDone || r.ExitCode != 0 {
+		t.Fatalf("report %+v, want done with exit 0", r)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the done report came %v after the job's exit; a lingering grandchild held it", took)
+	}
+	out := bus.output("linger", 1)
+	for _, want := range []string{"first", "oops", "child="} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the output lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.HasPrefix(lastLine(out), "gpuq: exit 0") {
+		t.Errorf("the output does not end with the end marker:\n%s", out)
+	}
+	m := regexp.MustCompile(`child=(\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no child pid in the output:\n%s", out)
+	}
+	if pid, _ := strconv.Atoi(m[1]); alive(pid) {
+		t.Errorf("the lingering grandchild %d runs after the done report", pid)
+		_ = syscall.Kill(pid, syscall.SIGKILL) // test teardown
 	}
 }

@@ -1,11 +1,14 @@
 package worker
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -52,6 +55,11 @@ type process struct {
 	done  chan struct{}
 	grace time.Duration
 
+	// outputs are the read ends of the attempt's stdout and stderr; each
+	// copier sends on copied when it is done with one.
+	outputs []*os.File
+	copied  chan struct{}
+
 	mu      sync.Mutex
 	stopped string
 	infra   bool
@@ -62,25 +70,123 @@ type process struct {
 // sandbox.go) with its output going to stdout and stderr. The child runs in
 // a new process group, with an environment of its own (see jobEnv).
 func startProcess(sb *sandbox, j *jail, s Spec, stdout, stderr io.Writer, grace time.Duration, log *slog.Logger) (*process, error) {
-	cmd := exec.Command(s.Command[0], s.Command[1:]...)
+	p, err := startCommand(sb, j, s, stdout, stderr, grace, log, true)
+	if err != nil && errors.Is(err, fs.ErrNotExist) {
+		// A program found in PATH a moment ago may have gone: look
+		// for it again.
+		p, err = startCommand(sb, j, s, stdout, stderr, grace, log, false)
+	}
+	return p, err
+}
+
+func startCommand(sb *sandbox, j *jail, s Spec, stdout, stderr io.Writer, grace time.Duration, log *slog.Logger, cached bool) (*process, error) {
+	cmd := exec.Command(lookPath(s.Command[0], cached), s.Command[1:]...)
+	cmd.Args[0] = s.Command[0]
 	cmd.Env = jobEnv(os.Environ(), s)
 	cmd.Dir = s.Dir
 	if s.Workdir != "" {
 		cmd.Dir = s.Workdir
 	}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
+	// The output pipes are the worker's own (see outputPipe), read by
+	// copiers of its own (see copyOutput), not os/exec's.
+	outR, outW, err := outputPipe()
+	if err != nil {
+		return nil, fmt.Errorf("output pipe: %w", err)
+	}
+	errR, errW, err := outputPipe()
+	if err != nil {
+		_, _ = outR.Close(), outW.Close() // unused
+		return nil, fmt.Errorf("output pipe: %w", err)
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
 	// Opened once for every attempt, rather than by each Start.
 	if null, err := devNull(); err == nil {
 		cmd.Stdin = null
 	}
 	cmd.SysProcAttr = sysProcAttr(j)
-	// A grandchild that keeps the output pipes open must not hold Wait
-	// after the child exits; the attempt's processes are swept right after.
-	cmd.WaitDelay = 2 * time.Second
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	// The child has its copies of the write ends (or none): the read ends
+	// see EOF once every process holding them is gone.
+	_, _ = outW.Close(), errW.Close() // never written here
+	if err != nil {
+		_, _ = outR.Close(), errR.Close() // nothing to read
 		return nil, err
 	}
-	return &process{cmd: cmd, sb: sb, jail: j, log: log, start: time.Now(), done: make(chan struct{}), grace: grace}, nil
+	p := &process{cmd: cmd, sb: sb, jail: j, log: log, start: time.Now(), done: make(chan struct{}), grace: grace,
+		outputs: []*os.File{outR, errR}, copied: make(chan struct{}, 2)}
+	go p.copyOutput(outR, stdout)
+	go p.copyOutput(errR, stderr)
+	return p, nil
+}
+
+// outputDelay is how long wait waits, once the attempt's first process has
+// exited, for the output that processes it left still write: a grandchild
+// that keeps the output pipes open must not hold the attempt's end, and
+// its processes are swept right after.
+const outputDelay = 2 * time.Second
+
+// copyBufs are the copiers' buffers, kept from attempt to attempt.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// copyOutput copies what r, one of the attempt's output pipes, reads to w
+// until EOF (or wait closes r), then closes r and says so on p.copied.
+func (p *process) copyOutput(r *os.File, w io.Writer) {
+	bp := copyBufs.Get().(*[]byte)
+	for {
+		n, err := r.Read(*bp)
+		if n > 0 {
+			_, _ = w.Write((*bp)[:n]) // an attempt's output writer keeps or drops; it never fails
+		}
+		if err != nil {
+			break
+		}
+	}
+	copyBufs.Put(bp)
+	_ = r.Close() // read to its end, or closed by wait already
+	p.copied <- struct{}{}
+}
+
+// lookPath is where exec.Command finds name, a program named without a
+// directory, in the worker's PATH, as it was found at most pathTTL ago
+// (unless cached is false): a search of every directory of PATH costs a
+// dozen system calls, for every attempt. A program installed in an
+// earlier directory of PATH is found within pathTTL; one that is gone
+// makes the start fail with ENOENT, and startProcess looks again. Any
+// other name is itself.
+func lookPath(name string, cached bool) string {
+	if strings.ContainsRune(name, '/') {
+		return name
+	}
+	path := os.Getenv("PATH")
+	now := time.Now()
+	paths.Lock()
+	defer paths.Unlock()
+	if e, ok := paths.m[name]; ok && cached && e.path == path && now.Sub(e.at) < pathTTL {
+		return e.found
+	}
+	found, err := exec.LookPath(name)
+	if err != nil {
+		delete(paths.m, name)
+		return name // exec.Command looks again and fails with why
+	}
+	if len(paths.m) >= 1024 {
+		clear(paths.m) // a bound: names are the jobs'
+	}
+	paths.m[name] = pathEntry{path: path, found: found, at: now}
+	return found
+}
+
+// pathTTL is how long lookPath keeps what it found.
+const pathTTL = time.Second
+
+var paths = struct {
+	sync.Mutex
+	m map[string]pathEntry
+}{m: map[string]pathEntry{}}
+
+type pathEntry struct {
+	path, found string // the PATH searched, and what it found
+	at          time.Time
 }
 
 // devNull is /dev/null, open for reading, the stdin of every attempt
@@ -143,10 +249,10 @@ func (p *process) kill(reason string, infra bool) {
 func (p *process) wait(walltime time.Duration) Outcome {
 	timer := time.AfterFunc(walltime, func() { p.stop("walltime", false) })
 	// Wait's error adds nothing the outcome uses: the exit status is in
-	// ProcessState, and ErrWaitDelay only says a grandchild held the output
-	// open past WaitDelay.
+	// ProcessState.
 	_ = p.cmd.Wait()
 	timer.Stop()
+	p.awaitOutput()
 	p.mu.Lock()
 	p.reaped = true
 	p.mu.Unlock()
@@ -156,6 +262,33 @@ func (p *process) wait(walltime time.Duration) Outcome {
 	o.Stopped, o.Infra = p.stopped, p.infra
 	p.mu.Unlock()
 	return o
+}
+
+// awaitOutput waits until both output pipes are read to their end, for up
+// to outputDelay, then cuts them: every byte written before is then in
+// the attempt's output, before its end marker.
+func (p *process) awaitOutput() {
+	var cut <-chan time.Time
+	for range 2 {
+		select {
+		case <-p.copied:
+			continue
+		default:
+		}
+		if cut == nil {
+			t := time.NewTimer(outputDelay)
+			defer t.Stop()
+			cut = t.C
+		}
+		select {
+		case <-p.copied:
+		case <-cut:
+			for _, f := range p.outputs {
+				_ = f.Close() // the copier's Read ends, and it says so
+			}
+			<-p.copied
+		}
+	}
 }
 
 // sweep kills every process of the attempt that is left and reports nil

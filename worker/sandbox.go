@@ -320,14 +320,18 @@ func (s *sandbox) prepare(a Attempt) (*jail, error) {
 		s.used[j.uid] = struct{}{}
 		s.mu.Unlock()
 	}
-	// A directory left by an earlier life of this worker goes first; the
-	// job root is the worker's, so nobody else can put one back.
-	if err := os.RemoveAll(j.dir); err != nil {
-		s.giveBack(j)
-		return nil, fmt.Errorf("clear the attempt directory: %w", err)
-	}
+	// A directory left in its place (by an earlier life of this worker,
+	// or kept with KeepAttemptDirs) goes first; the job root is the
+	// worker's, so nobody else can put one back. It is looked for only
+	// when making the directory finds one there.
 	if !s.takeSpare(j.dir) {
-		if err := os.Mkdir(j.dir, 0o700); err != nil {
+		err := os.Mkdir(j.dir, 0o700)
+		if errors.Is(err, fs.ErrExist) {
+			if err = os.RemoveAll(j.dir); err == nil {
+				err = os.Mkdir(j.dir, 0o700)
+			}
+		}
+		if err != nil {
 			s.giveBack(j)
 			return nil, fmt.Errorf("make the attempt directory: %w", err)
 		}
@@ -451,6 +455,8 @@ func (s *sandbox) settle() {
 
 // takeSpare renames a spare directory to dir, and reports whether it did.
 // A spare is as a directory just made is: empty, the worker's, mode 0700.
+// What is at dir goes first: an empty directory is replaced by the
+// rename, anything else is removed when the rename finds it.
 func (s *sandbox) takeSpare(dir string) bool {
 	s.mu.Lock()
 	if len(s.spare) == 0 {
@@ -460,7 +466,14 @@ func (s *sandbox) takeSpare(dir string) bool {
 	sp := s.spare[len(s.spare)-1]
 	s.spare = s.spare[:len(s.spare)-1]
 	s.mu.Unlock()
-	if err := os.Rename(sp, dir); err != nil {
+	// syscall.Rename, not os.Rename, which looks at dir first.
+	err := syscall.Rename(sp, dir)
+	if err != nil && (err == syscall.EEXIST || err == syscall.ENOTEMPTY || err == syscall.ENOTDIR || err == syscall.EISDIR) {
+		if os.RemoveAll(dir) == nil {
+			err = syscall.Rename(sp, dir)
+		}
+	}
+	if err != nil {
 		_ = os.RemoveAll(sp) // what is left goes at the next start (see clearRoot)
 		return false
 	}
@@ -495,26 +508,31 @@ func (s *sandbox) recycle(j *jail) bool {
 		return false
 	}
 	// The job cannot replace its directory (the root is the worker's),
-	// but it may have changed its owner's bits, or, with a pool, owns it.
-	if fi, err := os.Lstat(j.dir); err != nil || !fi.IsDir() {
-		return false
+	// but it may have changed its owner's bits. Opened without following
+	// a link, so it is the directory itself that is made fresh.
+	const flags = syscall.O_RDONLY | syscall.O_DIRECTORY | syscall.O_NOFOLLOW | syscall.O_CLOEXEC
+	fd, err := syscall.Open(j.dir, flags, 0)
+	if err == syscall.EACCES {
+		// The job closed it to its owner: open it again.
+		if fi, lerr := os.Lstat(j.dir); lerr != nil || !fi.IsDir() || os.Chmod(j.dir, 0o700) != nil {
+			return false
+		}
+		fd, err = syscall.Open(j.dir, flags, 0)
 	}
-	if j.pooled && os.Lchown(j.dir, s.self, os.Getegid()) != nil {
-		return false
-	}
-	if os.Chmod(j.dir, 0o700) != nil {
-		return false
-	}
-	ents, err := os.ReadDir(j.dir)
 	if err != nil {
 		return false
 	}
-	for _, e := range ents {
-		if os.RemoveAll(filepath.Join(j.dir, e.Name())) != nil {
+	names, err := freshen(fd)
+	_ = syscall.Close(fd) // read only
+	if err != nil {
+		return false
+	}
+	for _, n := range names {
+		if os.RemoveAll(filepath.Join(j.dir, n)) != nil {
 			return false
 		}
 	}
-	if !clearXattrs(j.dir) || os.Rename(j.dir, name) != nil {
+	if !clearXattrs(j.dir) || syscall.Rename(j.dir, name) != nil {
 		return false
 	}
 	s.mu.Lock()

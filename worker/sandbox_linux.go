@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -81,19 +82,24 @@ type procInfo struct {
 }
 
 // env returns the process's marker, read on first use. An environment
-// that cannot be read, or reads empty, is read again at the next use: a
-// process in the middle of an exec shows an empty one for a moment.
+// that reads empty, or cannot be read but for a lack of permission, is
+// read again at the next use: a process in the middle of an exec shows an
+// empty one for a moment. One the worker may not read has no marker (or
+// the one an earlier read of the process found), kept like one read: it
+// would be denied again at every sweep.
 func (p *procInfo) env() string {
 	switch {
 	case p.kthread:
 		return ""
 	case !p.markerRead:
-		m, whole := readMarker(p.pid)
+		m, whole, denied := readMarker(p.pid)
 		switch {
 		case whole:
 			p.marker, p.markerRead = m, true
 		case p.hasPrev:
 			p.marker, p.markerRead = p.prev, true
+		case denied:
+			p.marker, p.markerRead = "", true
 		default:
 			p.marker = ""
 		}
@@ -107,9 +113,10 @@ func (p procInfo) hasUID(uid uint32) bool {
 
 // readStatus parses /proc/<pid>/status.
 func readStatus(pid int) (procInfo, error) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	path := procPath(pid, "status")
+	data, err := readProc(path)
 	if err != nil {
-		return procInfo{}, err
+		return procInfo{}, &fs.PathError{Op: "read", Path: path, Err: err}
 	}
 	p := procInfo{pid: pid, pgid: -1, sid: -1}
 	first := func(v string) int {
@@ -163,29 +170,85 @@ func readStatus(pid int) (procInfo, error) {
 }
 
 // readMarker returns the value of pid's GPUQ_SANDBOX variable, and
-// whether its environment was read and not empty.
-func readMarker(pid int) (string, bool) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+// whether its environment was read and not empty, or the worker may not
+// read it (denied: the process is another user's, or made itself
+// non-dumpable, and so is every thread of it), which no later read of the
+// same process changes but for an exec, the limit of what is kept (see
+// the top of this file).
+func readMarker(pid int) (marker string, whole, denied bool) {
+	data, err := readProc(procPath(pid, "environ"))
 	if err != nil || len(data) == 0 {
 		// A process whose main thread has exited shows an empty
-		// environment there; a thread that still runs shows it.
+		// environment there, or denies it; a thread that still runs
+		// shows it.
+		denied = isDenied(err)
 		tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task") // exited: no tasks, no marker
+		denied = denied && len(tasks) > 0
 		for _, task := range tasks {
-			if d, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + task.Name() + "/environ"); err == nil && len(d) > 0 {
+			d, err := readProc("/proc/" + strconv.Itoa(pid) + "/task/" + task.Name() + "/environ")
+			if err == nil && len(d) > 0 {
 				data = d
 				break
 			}
+			denied = denied && isDenied(err)
 		}
 	}
 	if len(data) == 0 {
-		return "", false // exited, or not ours to read: not an attempt's process either way
+		return "", false, denied // exited, or not ours to read: not an attempt's process either way
 	}
 	for kv := range bytes.SplitSeq(data, []byte{0}) {
 		if v, ok := bytes.CutPrefix(kv, []byte(markerVar+"=")); ok {
-			return string(v), true
+			return string(v), true, false
 		}
 	}
-	return "", true
+	return "", true, false
+}
+
+// isDenied reports whether err is the system's refusal to let the worker
+// read a process's memory.
+func isDenied(err error) bool { return err == syscall.EACCES || err == syscall.EPERM }
+
+// procPath is /proc/<pid>/<name>.
+func procPath(pid int, name string) string {
+	b := make([]byte, 0, 32)
+	b = append(b, "/proc/"...)
+	b = strconv.AppendInt(b, int64(pid), 10)
+	b = append(b, '/')
+	b = append(b, name...)
+	return string(b)
+}
+
+// readProc reads a file of /proc with plain system calls: an os.File
+// would add four calls (its non-blocking mode and the poller) to each of
+// the sweep's reads, which a worker makes for every process new since
+// its last sweep. The data is the caller's; errors are the system's
+// (syscall.Errno, no path).
+func readProc(path string) ([]byte, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	for err == syscall.EINTR {
+		fd, err = syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = syscall.Close(fd) }() // read only
+	buf := make([]byte, 4096)
+	n := 0
+	for {
+		if n == len(buf) {
+			buf = append(buf, make([]byte, len(buf))...)
+		}
+		m, err := syscall.Read(fd, buf[n:])
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err != nil:
+			return nil, err
+		case m == 0:
+			return buf[:n], nil
+		}
+		n += m
+	}
 }
 
 // descends reports whether p's ancestors include pid.
@@ -249,7 +312,13 @@ var seen = struct {
 	sync.Mutex
 	procs map[int]*seenProc
 	buf   []byte // listProcs' buffer
-}{procs: map[int]*seenProc{}}
+	fd    int    // listProcs' /proc, open from the first listing on
+	// What findProcs fills afresh at each call, kept to be cleared
+	// rather than made: old is the last call's procs.
+	old   map[int]*seenProc
+	fresh map[int]bool
+	infos map[int]procInfo
+}{procs: map[int]*seenProc{}, fd: -1, old: map[int]*seenProc{}, fresh: map[int]bool{}, infos: map[int]procInfo{}}
 
 type seenProc struct {
 	ino  uint64 // of /proc/<pid>
@@ -286,18 +355,19 @@ func reread(pid int, old *seenProc) (procInfo, error) {
 // itself, reading every process (all) or only those new or matching, and
 // keeps what it read in seen.
 func findProcs(match matcher, all bool, pool IDRange) ([]int, error) {
-	self := os.Getpid()
+	self := selfPID
 	seen.Lock()
 	defer seen.Unlock()
 	if seen.buf == nil {
 		seen.buf = make([]byte, 32<<10)
 	}
-	ents, err := listProcs(seen.buf)
+	ents, err := listProcs(&seen.fd, seen.buf)
 	if err != nil {
 		return nil, err
 	}
-	next := make(map[int]*seenProc, len(ents))
-	fresh := make(map[int]bool)
+	next, fresh := seen.old, seen.fresh
+	clear(next)
+	clear(fresh)
 	for _, e := range ents {
 		if e.pid == self {
 			continue
@@ -319,8 +389,9 @@ func findProcs(match matcher, all bool, pool IDRange) ([]int, error) {
 		}
 		next[e.pid] = c
 	}
-	seen.procs = next
-	procs := make(map[int]procInfo, len(next))
+	seen.procs, seen.old = next, seen.procs
+	procs := seen.infos
+	clear(procs)
 	for pid, c := range next {
 		procs[pid] = c.info
 	}
@@ -349,6 +420,10 @@ func findProcs(match matcher, all bool, pool IDRange) ([]int, error) {
 	return out, nil
 }
 
+// selfPID is the worker's pid, which os.Getpid would ask the system for
+// at each sweep.
+var selfPID = os.Getpid()
+
 // procEntry is one process in the listing of /proc.
 type procEntry struct {
 	pid int
@@ -356,32 +431,32 @@ type procEntry struct {
 }
 
 // listProcs lists /proc's process directories with their inode numbers,
-// which getdents gives and os.ReadDir drops, reading into buf.
-func listProcs(buf []byte) ([]procEntry, error) {
-	f, err := os.Open("/proc")
-	if err != nil {
-		return nil, fmt.Errorf("list processes: %w", err)
-	}
-	defer func() { _ = f.Close() }() // read only
-	conn, err := f.SyscallConn()
-	if err != nil {
-		return nil, fmt.Errorf("list processes: %w", err)
+// which getdents gives and os.ReadDir drops, reading into buf. It reads
+// /proc through *fd, which it opens when it is -1 and keeps open for the
+// next listing (each lists /proc afresh from its start): opening and
+// closing it costs more system calls than the listing. seen.mu is held.
+func listProcs(fd *int, buf []byte) ([]procEntry, error) {
+	if *fd < 0 {
+		f, err := syscall.Open("/proc", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("list processes: %w", err)
+		}
+		*fd = f
+	} else if _, err := syscall.Seek(*fd, 0, io.SeekStart); err != nil {
+		_ = syscall.Close(*fd) // opened afresh below
+		*fd = -1
+		return listProcs(fd, buf)
 	}
 	var out []procEntry
 	for {
-		var n int
-		var rerr error
-		if err := conn.Read(func(fd uintptr) bool {
-			n, rerr = syscall.Getdents(int(fd), buf)
-			return rerr != syscall.EAGAIN
-		}); err != nil {
-			return nil, fmt.Errorf("list processes: %w", err)
-		}
-		if rerr == syscall.EINTR {
+		n, err := syscall.Getdents(*fd, buf)
+		if err == syscall.EINTR {
 			continue
 		}
-		if rerr != nil {
-			return nil, fmt.Errorf("list processes: %w", rerr)
+		if err != nil {
+			_ = syscall.Close(*fd) // the next listing opens it afresh
+			*fd = -1
+			return nil, fmt.Errorf("list processes: %w", err)
 		}
 		if n <= 0 {
 			return out, nil
@@ -399,11 +474,26 @@ func listProcs(buf []byte) ([]procEntry, error) {
 				name = name[:i]
 			}
 			off += reclen
-			if pid, err := strconv.Atoi(string(name)); err == nil && pid > 0 {
+			if pid := atoiPID(name); pid > 0 {
 				out = append(out, procEntry{pid: pid, ino: binary.NativeEndian.Uint64(rec[0:8])})
 			}
 		}
 	}
+}
+
+// atoiPID is the pid a /proc entry's name spells, or 0 for any other name.
+func atoiPID(name []byte) int {
+	if len(name) == 0 || len(name) > 10 {
+		return 0
+	}
+	n := 0
+	for _, c := range name {
+		if c < '0' || c > '9' {
+			return 0
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
 }
 
 // signal sends sig to every process match accepts now.
@@ -492,6 +582,29 @@ func clearXattrs(path string) bool {
 		}
 	}
 	return true
+}
+
+// freshen sets the directory open at fd to mode 0700 and lists what is
+// in it, with plain system calls (os.ReadDir adds four per directory).
+func freshen(fd int) ([]string, error) {
+	if err := syscall.Fchmod(fd, 0o700); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 8192)
+	var names []string
+	for {
+		n, err := syscall.Getdents(fd, buf)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n <= 0 {
+			return names, nil
+		}
+		_, _, names = syscall.ParseDirent(buf[:n], -1, names)
+	}
 }
 
 // sharedDirs are where every user may create files. A pool uid goes to

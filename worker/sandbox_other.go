@@ -3,6 +3,7 @@
 package worker
 
 import (
+	"errors"
 	"fmt"
 	"syscall"
 	"time"
@@ -25,6 +26,10 @@ func (*sharedWalk) remove([]uint32, IDRange, []string, string) error { return ni
 // clearXattrs does not know this system's extended attributes: an
 // attempt's directory is removed, not kept as a spare.
 func clearXattrs(string) bool { return false }
+
+// freshen is never needed: clearXattrs keeps every directory from being
+// recycled.
+func freshen(int) ([]string, error) { return nil, errors.ErrUnsupported }
 
 // signalAttempt sends sig to the attempt's process group.
 func (s *sandbox) signalAttempt(_ *jail, leader int, _ bool, sig syscall.Signal) error {

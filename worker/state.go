@@ -20,9 +20,10 @@ import (
 // On disk it is a file of JSON lines: a header naming the installation,
 // then one line per started attempt, appended and flushed to disk (one
 // small write and one fdatasync) before the attempt is reported started.
-// The file is rewritten whole only to compact it: when it is opened (which
-// also drops a torn last line, see openStartedLog), when it is bound to
-// another installation, and when expired lines make up most of it.
+// The file is rewritten whole only to compact it: when it is opened and
+// must be (it drops a torn last line, see openStartedLog), when it is
+// bound to another installation, and when expired lines make up most of
+// it.
 type startedLog struct {
 	path string
 	keep time.Duration
@@ -39,6 +40,9 @@ type startedLog struct {
 	stale bool
 	lines int // attempt lines in the file, live or expired
 	adds  int // adds since the last expiry pass
+	// warn is told of a compaction that failed after the attempt it
+	// followed was recorded (add still succeeds); nil: not told.
+	warn func(error)
 }
 
 // startedHeader is the log's first line.
@@ -76,7 +80,11 @@ const (
 )
 
 // openStartedLog reads the log at path, creating its directory, and
-// compacts it. The directory is the worker's own, mode 0700, so no job
+// opens it for appending. It rewrites the file (see compact) only when it
+// must or should: when there is none, or none with a header yet, when a
+// torn last line was dropped (an append must not run into it), when it
+// takes over the old form of the log, and when expired lines make up most
+// of it. The directory is the worker's own, mode 0700, so no job
 // can read, replace or fill it (one that is not the worker's is refused).
 // Entries are kept for keep (see add).
 //
@@ -95,12 +103,21 @@ func openStartedLog(path string, keep time.Duration) (*startedLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := l.read(); err != nil {
+	whole, err := l.read()
+	if err != nil {
 		return nil, err
 	}
 	l.expire(time.Now())
-	if err := l.compact(); err != nil {
-		return nil, err
+	if !whole || hadLegacy || (l.lines >= compactMin && l.lines > 2*len(l.started)) {
+		if err := l.compact(); err != nil {
+			return nil, err
+		}
+	} else {
+		f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("open worker state: %w", err)
+		}
+		l.f = f
 	}
 	if hadLegacy {
 		// Its entries are in the compacted log, on disk, by now.
@@ -140,17 +157,19 @@ func (l *startedLog) readLegacy(path string) (bool, error) {
 	return true, nil
 }
 
-// read adds the log file's entries. A log whose installation differs from
-// the legacy file's read before it (a crash between the two) is the newer
-// and wins, with the legacy entries kept: refusing an attempt that could
-// have run is always safe.
-func (l *startedLog) read() error {
+// read adds the log file's entries, counts its attempt lines in l.lines,
+// and reports whether the file is whole: there is one, with its header,
+// and no torn last line. A log whose installation differs from the legacy
+// file's read before it (a crash between the two) is the newer and wins,
+// with the legacy entries kept: refusing an attempt that could have run
+// is always safe.
+func (l *startedLog) read() (bool, error) {
 	data, err := os.ReadFile(l.path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return nil
+		return false, nil
 	case err != nil:
-		return fmt.Errorf("read worker state %s: %w", l.path, err)
+		return false, fmt.Errorf("read worker state %s: %w", l.path, err)
 	}
 	corrupt := func(line int, err error) error {
 		return fmt.Errorf("worker state %s is corrupt (line %d: %v); move it away to start afresh", l.path, line, err)
@@ -159,6 +178,7 @@ func (l *startedLog) read() error {
 	if len(lines[len(lines)-1]) == 0 {
 		lines = lines[:len(lines)-1] // the newline that ends the last line
 	}
+	header, n := false, 0
 	for i, line := range lines {
 		last := i == len(lines)-1
 		var err error
@@ -166,6 +186,7 @@ func (l *startedLog) read() error {
 			var h startedHeader
 			if err = decodeStrict(line, &h); err == nil {
 				l.installation = h.Installation
+				header = true
 				continue
 			}
 		} else {
@@ -178,15 +199,18 @@ func (l *startedLog) read() error {
 				if at, ok := l.started[a]; !ok || s.At.After(at) {
 					l.started[a] = s.At
 				}
+				n++
 				continue
 			}
 		}
 		if last && i > 0 {
-			return nil // torn by a crash: see openStartedLog
+			l.lines = n
+			return false, nil // torn by a crash: see openStartedLog
 		}
-		return corrupt(i+1, err)
+		return false, corrupt(i+1, err)
 	}
-	return nil
+	l.lines = n
+	return header && len(data) > 0 && data[len(data)-1] == '\n', nil
 }
 
 func decodeStrict(line []byte, v any) error {
@@ -258,10 +282,12 @@ func (l *startedLog) add(a Attempt, now time.Time) error {
 		l.adds = 0
 		l.expire(now)
 		if l.lines >= compactMin && l.lines > 2*len(l.started) {
-			// The record is on disk already; a failed compaction
-			// leaves the longer file, which is still right.
-			if err := l.compact(); err != nil {
-				return fmt.Errorf("compact worker state: %w", err)
+			// The record is on disk already, and the attempt may
+			// start: a failed compaction leaves the longer file,
+			// which is still right (or, failed after its rename,
+			// leaves the log stale, and the next add compacts first).
+			if err := l.compact(); err != nil && l.warn != nil {
+				l.warn(fmt.Errorf("compact worker state: %w", err))
 			}
 		}
 	}

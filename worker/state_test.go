@@ -255,3 +255,80 @@ func TestStartedLogRecoversFromAFailedAppend(t *testing.T) {
 		t.Error("a refused append is known after a restart")
 	}
 }
+
+// TestStartedLogOpensWithoutARewrite: a log that is whole is opened for
+// appending as it is, not written anew at every start of the worker (the
+// file stays the same), and what is appended after reads back.
+func TestStartedLogOpensWithoutARewrite(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "started.jsonl")
+	l := openTestLog(t, path)
+	if _, err := l.bind("inst"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.add(Attempt{"a", 1}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	_ = l.close()
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l = openTestLog(t, path)
+	after, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(before, after) {
+		t.Error("opening a whole log wrote it anew")
+	}
+	if err := l.add(Attempt{"b", 1}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	_ = l.close()
+	l = openTestLog(t, path)
+	if !l.has(Attempt{"a", 1}) || !l.has(Attempt{"b", 1}) || l.installation != "inst" || l.lines != 2 {
+		t.Errorf("after an append to the log as opened: a %v, b %v, installation %q, %d lines; want both, inst, 2",
+			l.has(Attempt{"a", 1}), l.has(Attempt{"b", 1}), l.installation, l.lines)
+	}
+}
+
+// TestStartedLogKeepsAnAttemptWhoseCompactionFailed: when the compaction
+// that follows an append fails (here a directory stands where its rewrite
+// goes), the attempt is recorded all the same, on disk before add
+// returns, so add accepts it and the failure is only told.
+func TestStartedLogKeepsAnAttemptWhoseCompactionFailed(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "started.jsonl")
+	l, err := openStartedLog(path, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.close() }()
+	var warned []error
+	l.warn = func(err error) { warned = append(warned, err) }
+	if _, err := l.bind("inst"); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-2 * time.Hour) // expired by the pass after the last add
+	for i := range expiryEvery - 1 {
+		if err := l.add(Attempt{fmt.Sprintf("old%d", i), 1}, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(path+".tmp", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	last := Attempt{"last", 1}
+	if err := l.add(last, time.Now()); err != nil {
+		t.Fatalf("add whose compaction failed = %v, want nil: the attempt is recorded", err)
+	}
+	if len(warned) != 1 {
+		t.Errorf("the failed compaction was told %d times, want once", len(warned))
+	}
+	_ = l.close()
+	l2 := openTestLog(t, path)
+	if !l2.has(last) {
+		t.Error("the attempt whose compaction failed is lost after a restart")
+	}
+}

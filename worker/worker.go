@@ -239,9 +239,12 @@ func New(cfg Config) (*Worker, error) {
 	}
 	jobs, err := newSandbox(&cfg)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, state.close())
 	}
 	log := cfg.Logger.With("component", "worker", "worker", cfg.Host)
+	state.warn = func(err error) {
+		log.Warn("the record of started attempts keeps its expired lines", slog.Any("err", err))
+	}
 	jobs.report = func(err error) {
 		log.Warn("remove what ended attempts' users left in the shared directories", slog.Any("err", err))
 	}
@@ -270,8 +273,16 @@ func (w *Worker) Abort() { w.once.Do(func() { close(w.abort) }) }
 // as it takes, logging each outage once when it begins and once when it
 // ends, and keeps running jobs running meanwhile. It returns an error only
 // when it cannot start for a reason of its own (the GPUs cannot be read,
-// the state directory cannot be written), and nil when stopped.
+// the state directory cannot be written), and nil when stopped. A Worker
+// runs once.
 func (w *Worker) Run(ctx context.Context) error {
+	// Run runs once: its record of started attempts is closed when it
+	// returns, once every dispatch has (deferred first, so run last).
+	defer func() {
+		if err := w.state.close(); err != nil {
+			w.log.Warn("close the record of started attempts", slog.Any("err", err))
+		}
+	}()
 	// bg outlives ctx, so a draining worker can still report; an Abort
 	// gives reports in flight ReportTimeout more, then ends them too.
 	bg, stopBg := context.WithCancel(context.WithoutCancel(ctx))
@@ -383,6 +394,7 @@ loop:
 	if err := w.jobs.close(); err != nil {
 		w.log.Warn("remove the job root", slog.Any("err", err))
 	}
+
 	stopHeartbeat()
 	<-hbDone
 	lctx, cancel := context.WithTimeout(bg, w.cfg.ReportTimeout)

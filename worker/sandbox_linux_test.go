@@ -1,0 +1,114 @@
+//go:build linux
+
+package worker
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpuq/gpuq/ledger"
+)
+
+// TestSandboxRecycledDirectoryIsFresh: an attempt's directory is kept as a
+// spare for the next attempt once it is emptied and made as a new one is
+// (see recycle). Whatever the first attempt did to it (files, a hidden
+// subdirectory, its mode opened to all, an extended attribute) the next
+// attempt gets the same directory empty, mode 0700, without the attribute.
+// With a pool it gets a new directory of its own instead (see recycle):
+// one inode handed from uid to uid would let a descriptor opened by one
+// attempt's uid list what a later one makes.
+func TestSandboxRecycledDirectoryIsFresh(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes(t) {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			bus := newFakeBus()
+			f, cfg := startSandboxed(t, m, bus, 1, nil)
+			// Each attempt waits for the test to look at its directory
+			// and drop a file named go in it.
+			wait := `while [ ! -e go ]; do sleep 0.02; done; rm go`
+			look := func(job string) (os.FileInfo, string) {
+				t.Helper()
+				dir := filepath.Join(cfg.JobRoot, job+".1")
+				deadline := time.Now().Add(20 * time.Second)
+				for {
+					if ents, err := os.ReadDir(dir); err == nil && slices.ContainsFunc(ents, func(e os.DirEntry) bool { return e.Name() == "ready" }) {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("%s never became ready", job)
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				fi, err := os.Stat(dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return fi, dir
+			}
+			bus.sendOrder(t, dispatchOrder("first", 1, 1, "sh", "-c",
+				`mkdir -p .hide/deep && echo secret > .hide/deep/f && echo secret > notes && chmod 0777 . && touch ready && `+wait))
+			if r := bus.nextReport(t); r.Type != ledger.ReportStarted {
+				t.Fatalf("report %+v, want started", r)
+			}
+			fi1, dir1 := look("first")
+			xattr := syscall.Setxattr(dir1, "user.gpuq-test", []byte("secret"), 0)
+			if err := os.WriteFile(filepath.Join(dir1, "go"), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if r := bus.nextReport(t); r.Type != ledger.ReportDone || r.ExitCode != 0 {
+				t.Fatalf("report %+v, want done with exit 0", r)
+			}
+			bus.sendOrder(t, dispatchOrder("second", 1, 1, "sh", "-c", `ls -A; touch ready && `+wait))
+			if r := bus.nextReport(t); r.Type != ledger.ReportStarted {
+				t.Fatalf("report %+v, want started", r)
+			}
+			fi2, dir2 := look("second")
+			f.w.jobs.mu.Lock()
+			spares := f.w.jobs.spareN // spares ever kept
+			f.w.jobs.mu.Unlock()
+			switch {
+			case m.uids.IsZero() && !os.SameFile(fi1, fi2):
+				t.Errorf("the second attempt got a new directory, not the first's recycled: the test shows nothing")
+			case !m.uids.IsZero() && spares > 0:
+				// (A new directory may get the old one's inode number, so
+				// SameFile cannot tell.)
+				t.Errorf("with a pool, %d attempt directories were recycled; want none", spares)
+			}
+			if fi2.Mode().Perm() != 0o700 {
+				t.Errorf("the recycled directory has mode %04o, want 0700", fi2.Mode().Perm())
+			}
+			st := fi2.Sys().(*syscall.Stat_t)
+			wantUID := uint32(os.Geteuid())
+			if !m.uids.IsZero() {
+				wantUID = st.Uid // checked below: a pool uid, not the first attempt's
+				if !m.uids.contains(st.Uid) || st.Uid == fi1.Sys().(*syscall.Stat_t).Uid {
+					t.Errorf("the recycled directory belongs to uid %d; want a pool uid other than the first attempt's %d", st.Uid, fi1.Sys().(*syscall.Stat_t).Uid)
+				}
+			}
+			if st.Uid != wantUID {
+				t.Errorf("the recycled directory belongs to uid %d, want %d", st.Uid, wantUID)
+			}
+			if xattr == nil {
+				if n, err := syscall.Getxattr(dir2, "user.gpuq-test", make([]byte, 64)); err == nil {
+					t.Errorf("the recycled directory keeps the first attempt's extended attribute (%d bytes)", n)
+				}
+			}
+			if err := os.WriteFile(filepath.Join(dir2, "go"), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			r := bus.nextReport(t)
+			if r.Type != ledger.ReportDone || r.ExitCode != 0 {
+				t.Fatalf("report %+v, want done with exit 0", r)
+			}
+			if out := bus.output("second", 1); strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(out), lastLine(out))) != "" {
+				t.Errorf("the second attempt found in its directory:\n%s", out)
+			}
+		})
+	}
+}
