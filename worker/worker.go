@@ -394,7 +394,6 @@ loop:
 	if err := w.jobs.close(); err != nil {
 		w.log.Warn("remove the job root", slog.Any("err", err))
 	}
-
 	stopHeartbeat()
 	<-hbDone
 	lctx, cancel := context.WithTimeout(bg, w.cfg.ReportTimeout)
