@@ -7,9 +7,14 @@ package gpuq_test
 // scheduler sets gpuq up on it with 3 replicas as user scheduler, a worker
 // runs as user gpu-host-1, and tenant vision's job runs end to end; then
 // the node leading the ledger bucket is killed and another job still runs.
+// The routes log in with the password of deploy/nats.env's variables, and
+// a route that does not know it is refused.
 
 import (
+	"bufio"
 	"context"
+	cryptorand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,9 +46,10 @@ import (
 
 // deployCluster is three servers started from deploy/nats-cluster.conf.
 type deployCluster struct {
-	nodes []*server.Server
-	urls  []string // client URLs of every node
-	seeds map[string]string
+	nodes  []*server.Server
+	urls   []string // client URLs of every node
+	routes []string // route addresses of every node
+	seeds  map[string]string
 }
 
 func TestDeployClusterConfig(t *testing.T) {
@@ -64,6 +70,16 @@ func TestDeployClusterConfig(t *testing.T) {
 		_ = resp.Body.Close() // the status is all we read
 		if resp.StatusCode != http.StatusOK {
 			t.Errorf("%s /healthz: %s", ns.Name(), resp.Status)
+		}
+	}
+
+	// A server that reaches a node's route port but does not know the
+	// routes' password may not join: its CONNECT is refused, though it
+	// names the cluster (which is no secret).
+	for _, creds := range []string{`{"cluster":"gpuq","name":"rogue"}`, `{"cluster":"gpuq","name":"rogue","user":"gpuq-route"}`,
+		`{"cluster":"gpuq","name":"rogue","user":"gpuq-route","pass":"gpuq-guess"}`} {
+		if line := routeConnect(t, c.routes[0], creds); line != "-ERR 'Authorization Violation'" {
+			t.Errorf("a route connecting with %s was answered %q, want an authorization violation", creds, line)
 		}
 	}
 
@@ -231,12 +247,27 @@ func startDeployCluster(t *testing.T) *deployCluster {
 		t.Setenv(deployEnv(role), pub)
 	}
 	const size = 3
+	// The environment of deploy/nats.env, with a password of its own in
+	// it. As the file ships, the password is unset: no node starts.
+	env := readEnvFile(t, "deploy/nats.env")
+	if _, ok := env["GPUQ_ROUTE_PASSWORD"]; ok {
+		t.Error("deploy/nats.env sets GPUQ_ROUTE_PASSWORD: as shipped it must leave it unset, so that a node started from it as it is does not start")
+	}
+	t.Setenv("GPUQ_NATS_NAME", env["GPUQ_NATS_NAME"])
+	t.Setenv("GPUQ_NATS_ROUTES", env["GPUQ_NATS_ROUTES"])
+	if _, err := server.ProcessConfigFile("deploy/nats-cluster.conf"); err == nil || !strings.Contains(err.Error(), "GPUQ_ROUTE_PASSWORD") {
+		t.Errorf("deploy/nats-cluster.conf without $GPUQ_ROUTE_PASSWORD: %v, want it refused", err)
+	}
+	password := "gpuq-" + hex.EncodeToString(randomBytes(t, 32))
+	t.Setenv("GPUQ_ROUTE_PASSWORD", password)
+	t.Setenv("GPUQ_NATS_ROUTES", strings.ReplaceAll(env["GPUQ_NATS_ROUTES"], "PASSWORD", password))
 	clientPorts, routePorts := make([]int, size), make([]int, size)
 	var routes []*url.URL
 	for i := range size {
 		clientPorts[i], routePorts[i] = loopbackPort(t), loopbackPort(t)
 		c.urls = append(c.urls, fmt.Sprintf("nats://127.0.0.1:%d", clientPorts[i]))
-		routes = append(routes, &url.URL{Scheme: "nats-route", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(routePorts[i]))})
+		c.routes = append(c.routes, net.JoinHostPort("127.0.0.1", strconv.Itoa(routePorts[i])))
+		routes = append(routes, &url.URL{Scheme: "nats-route", User: url.UserPassword("gpuq-route", password), Host: c.routes[i]})
 	}
 	for i := range size {
 		name := fmt.Sprintf("nats-%d", i)
@@ -251,9 +282,15 @@ func startDeployCluster(t *testing.T) *deployCluster {
 			t.Fatalf("deploy/nats-cluster.conf as node %s: name %q, jetstream %v, cluster %q port %d, %d routes, ports %d/%d, store %q",
 				name, opts.ServerName, opts.JetStream, opts.Cluster.Name, opts.Cluster.Port, len(opts.Routes), opts.Port, opts.HTTPPort, opts.StoreDir)
 		}
+		if opts.Cluster.Username != "gpuq-route" || opts.Cluster.Password != password {
+			t.Fatalf("deploy/nats-cluster.conf as node %s: routes log in as %q with password %q, want gpuq-route with $GPUQ_ROUTE_PASSWORD", name, opts.Cluster.Username, opts.Cluster.Password)
+		}
 		for j, r := range opts.Routes {
 			if want := fmt.Sprintf("nats-%d.nats:6222", j); r.Host != want {
 				t.Errorf("route %d of deploy/nats-cluster.conf: %s, want %s (the StatefulSet's pod)", j, r.Host, want)
+			}
+			if pass, _ := r.User.Password(); r.User.Username() != "gpuq-route" || pass != password {
+				t.Errorf("route %d of deploy/nats-cluster.conf dials as %v, want gpuq-route with the routes' password", j, r.User)
 			}
 		}
 		opts.Host, opts.Port, opts.HTTPHost, opts.HTTPPort = "127.0.0.1", clientPorts[i], "127.0.0.1", loopbackPort(t)
@@ -320,6 +357,67 @@ func startDeployCluster(t *testing.T) *deployCluster {
 		return time.Since(since) >= 1500*time.Millisecond
 	})
 	return c
+}
+
+// routeConnect dials a node's route port as a server would and sends
+// CONNECT with creds; it returns the first line the node answers after
+// its INFO (a PONG to the PING that follows, or an error).
+func routeConnect(t *testing.T, addr, creds string) string {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(conn)
+	info, err := r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(info, "INFO ") {
+		t.Fatalf("route port %s: %q, %v; want its INFO", addr, info, err)
+	}
+	if _, err := fmt.Fprintf(conn, "CONNECT %s\r\nPING\r\n", creds); err != nil {
+		t.Fatal(err)
+	}
+	line, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatalf("route port %s after CONNECT %s: %v", addr, creds, err)
+	}
+	return strings.TrimSpace(line)
+}
+
+// readEnvFile reads an environment file of deploy/ (KEY=VALUE lines,
+// comments and blank lines skipped), as systemd's EnvironmentFile= does
+// for these files, which quote nothing.
+func readEnvFile(t *testing.T, path string) map[string]string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for line := range strings.Lines(string(data)) {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			t.Fatalf("%s: %q is not KEY=VALUE", path, line)
+		}
+		env[k] = v
+	}
+	return env
+}
+
+func randomBytes(t *testing.T, n int) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := cryptorand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // connect opens a connection to every node as role, the way gpuq --nats

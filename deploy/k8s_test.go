@@ -258,13 +258,24 @@ func TestK8sManifests(t *testing.T) {
 	if sts.Spec.ServiceName != svc.Name || svc.Spec.ClusterIP != corev1.ClusterIPNone || !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(sts.Spec.Template.Labels)) {
 		t.Errorf("StatefulSet nats: service %q; Service nats: clusterIP %q, selector %v; want the headless service selecting the pods", sts.Spec.ServiceName, svc.Spec.ClusterIP, svc.Spec.Selector)
 	}
-	routes := regexp.MustCompile(`"nats://([a-z0-9-]+)\.([a-z0-9-]+):6222"`).FindAllStringSubmatch(cm.Data["nats.conf"], -1)
+	// The routes log in with the password of the Secret the README makes,
+	// set before the routes that expand it.
+	pw, ok := env(nats, "GPUQ_ROUTE_PASSWORD")
+	if !ok || pw.ValueFrom == nil || pw.ValueFrom.SecretKeyRef == nil || pw.ValueFrom.SecretKeyRef.Name != "gpuq-nats-route" || pw.ValueFrom.SecretKeyRef.Key != "password" ||
+		!slices.Equal(readmeSecretKeys(t, readme, "gpuq-nats-route"), []string{"password"}) {
+		t.Errorf("StatefulSet nats: GPUQ_ROUTE_PASSWORD %+v, want key password of the README's Secret gpuq-nats-route", pw)
+	}
+	routesVar, _ := env(nats, "GPUQ_NATS_ROUTES")
+	if slices.IndexFunc(nats.Env, func(e corev1.EnvVar) bool { return e.Name == "GPUQ_NATS_ROUTES" }) < slices.IndexFunc(nats.Env, func(e corev1.EnvVar) bool { return e.Name == "GPUQ_ROUTE_PASSWORD" }) {
+		t.Error("StatefulSet nats: GPUQ_NATS_ROUTES comes before GPUQ_ROUTE_PASSWORD, so $(GPUQ_ROUTE_PASSWORD) is not expanded in it")
+	}
+	routes := routeHosts(t, routesVar.Value)
 	if sts.Spec.Replicas == nil || int(*sts.Spec.Replicas) != len(routes) || len(routes) != 3 {
 		t.Errorf("StatefulSet nats: %v replicas for %d routes, want 3 and 3", sts.Spec.Replicas, len(routes))
 	}
 	for i, r := range routes {
-		if r[1] != fmt.Sprintf("%s-%d", sts.Name, i) || r[2] != svc.Name {
-			t.Errorf("route %d of nats-cluster.conf dials %s.%s, not pod %s-%d of service %s", i, r[1], r[2], sts.Name, i, svc.Name)
+		if r != fmt.Sprintf("%s-%d.%s", sts.Name, i, svc.Name) {
+			t.Errorf("route %d of GPUQ_NATS_ROUTES dials %s, not pod %s-%d of service %s", i, r, sts.Name, i, svc.Name)
 		}
 	}
 	if !slices.Equal(nats.Args, []string{"--config", "/etc/nats/nats.conf"}) || mountOf(nats, "config") != "/etc/nats" || volumeOf(sts.Spec.Template.Spec, "config").ConfigMap == nil ||
@@ -303,9 +314,14 @@ func TestK8sManifests(t *testing.T) {
 		}
 	}
 	t.Setenv("GPUQ_NATS_NAME", "nats-0")
+	t.Setenv("GPUQ_ROUTE_PASSWORD", "gpuq-0123456789abcdef")
+	t.Setenv("GPUQ_NATS_ROUTES", strings.ReplaceAll(routesVar.Value, "$(GPUQ_ROUTE_PASSWORD)", "gpuq-0123456789abcdef"))
 	opts, err := server.ProcessConfigFile(filepath.Join(dir, "nats.conf"))
 	if err != nil {
 		t.Fatalf("the ConfigMap's nats.conf: %v", err)
+	}
+	if opts.Cluster.Username != "gpuq-route" || opts.Cluster.Password != "gpuq-0123456789abcdef" || len(opts.Routes) != 3 {
+		t.Errorf("the ConfigMap's nats.conf: routes log in as %q/%q, %d routes; want gpuq-route with $GPUQ_ROUTE_PASSWORD and the 3 of $GPUQ_NATS_ROUTES", opts.Cluster.Username, opts.Cluster.Password, len(opts.Routes))
 	}
 	if data := mountOf(nats, "data"); data == "" || !strings.HasPrefix(opts.StoreDir, data+"/") {
 		t.Errorf("store_dir %s is not on the data volume (mounted at %q)", opts.StoreDir, data)

@@ -265,17 +265,32 @@ func flagValue(args []string, flag string) string {
 }
 
 // clusterURLs is the NATS_URL of a client of nats-cluster.conf: each node
-// its routes name, at the client port.
+// its routes name (in nats.env, which a node run by systemd reads), at the
+// client port.
 func clusterURLs(t *testing.T) string {
 	t.Helper()
 	var urls []string
-	for _, m := range regexp.MustCompile(`"nats://([a-z0-9.-]+):6222"`).FindAllStringSubmatch(readFile(t, "nats-cluster.conf"), -1) {
-		urls = append(urls, fmt.Sprintf("nats://%s:4222", m[1]))
+	for _, h := range routeHosts(t, readFile(t, "nats.env")) {
+		urls = append(urls, fmt.Sprintf("nats://%s:4222", h))
 	}
 	if len(urls) != 3 {
-		t.Fatalf("nats-cluster.conf names %d routes, want 3", len(urls))
+		t.Fatalf("nats.env names %d routes, want 3", len(urls))
 	}
 	return strings.Join(urls, ",")
+}
+
+// routeHosts returns the host of each route URL in text, which must all
+// log in as gpuq-route with the password PASSWORD stands for.
+func routeHosts(t *testing.T, text string) []string {
+	t.Helper()
+	var hosts []string
+	for _, m := range regexp.MustCompile(`"nats://([^"@]*)@([a-z0-9.-]+):6222"`).FindAllStringSubmatch(text, -1) {
+		if m[1] != "gpuq-route:PASSWORD" && m[1] != "gpuq-route:$(GPUQ_ROUTE_PASSWORD)" {
+			t.Errorf("the route to %s logs in as %q, want gpuq-route with the routes' password", m[2], m[1])
+		}
+		hosts = append(hosts, m[2])
+	}
+	return hosts
 }
 
 func readFile(t *testing.T, path string) string {
