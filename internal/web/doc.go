@@ -6,8 +6,9 @@
 //
 // It reads only through [client.Client], with the credentials of the
 // process that serves it (the scheduler's, or gpuq dev's), so it shows what
-// that identity may read and nothing more. It changes nothing: every route
-// is a GET, and there are no forms.
+// that identity may read and nothing more; [Config.Password] asks every
+// request for a password (HTTP Basic) before it shows any of it. It changes
+// nothing: every route is a GET, and there are no forms.
 //
 // Pages are rendered on the server with html/template from embedded
 // templates, so every value gpuq did not choose (job commands, environment,

@@ -41,6 +41,10 @@ type Config struct {
 	// NowFunc returns the time the pages are rendered at. Defaults to
 	// time.Now.
 	NowFunc func() time.Time
+	// Password, when set, is asked of every request (HTTP Basic, any user
+	// name): the pages show every job's command, environment and output
+	// that Client may read. Empty serves them to whoever connects.
+	Password string
 }
 
 func (c *Config) validate() error {
@@ -225,6 +229,9 @@ func (s *Server) Handler() http.Handler {
 		panic(err) // the embedded tree has the folder
 	}
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	if s.cfg.Password != "" {
+		return secure(login(s.cfg.Password, mux))
+	}
 	return secure(mux)
 }
 
