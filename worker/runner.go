@@ -60,10 +60,12 @@ type process struct {
 	outputs []*os.File
 	copied  chan struct{}
 
+	// mu is held while the attempt is signalled, so the leader is not
+	// reaped meanwhile (see reap).
 	mu      sync.Mutex
 	stopped string
 	infra   bool
-	reaped  bool // Wait has returned: the leader's pid may be reused
+	reaped  bool // the leader is reaped: its pid, and its group's, may be another process's
 }
 
 // startProcess starts s's command in its attempt's place j (see
@@ -195,18 +197,18 @@ var devNull = sync.OnceValues(func() (*os.File, error) { return os.Open(os.DevNu
 
 // signal sends sig to every process of the attempt the sandbox can find,
 // and to its process group. One it cannot list now the sweep at the end
-// kills.
+// kills. Until the leader is reaped (after the sweep, see reap) its pid,
+// and so its process group's, is the attempt's and no other process's;
+// once it is, nothing of the attempt is left, and signal does nothing.
 func (p *process) signal(sig syscall.Signal) {
 	pid := p.cmd.Process.Pid
 	p.mu.Lock()
-	alive := !p.reaped
-	p.mu.Unlock()
-	if alive || !p.pooled() {
-		// Once the leader is reaped and its group empty, its pid may be
-		// another process's; a pool's uid finds every process anyway.
-		_ = syscall.Kill(-pid, sig) // ESRCH: the group is gone, which is the aim
+	defer p.mu.Unlock()
+	if p.reaped {
+		return
 	}
-	if err := p.sb.signalAttempt(p.jail, pid, alive, sig); err != nil {
+	_ = syscall.Kill(-pid, sig) // ESRCH: the group is gone, which is the aim
+	if err := p.sb.signalAttempt(p.jail, pid, true, sig); err != nil {
 		p.log.Warn("signal the attempt's processes", slog.String("signal", sig.String()), slog.Any("err", err))
 	}
 }
@@ -245,23 +247,42 @@ func (p *process) kill(reason string, infra bool) {
 
 // wait waits for the process to exit, stopping it at its walltime, and
 // returns how it ended. Processes it left may still run: the caller sweeps
-// them (see sweep) before the attempt's GPUs are freed.
+// them (see sweep) before the attempt's GPUs are freed, and then reaps the
+// leader (see reap), which wait leaves a zombie where the system allows:
+// its pid then stays the attempt's, and so does its process group's
+// number, which the sweep and a stop signal.
 func (p *process) wait(walltime time.Duration) Outcome {
 	timer := time.AfterFunc(walltime, func() { p.stop("walltime", false) })
-	// Wait's error adds nothing the outcome uses: the exit status is in
-	// ProcessState.
-	_ = p.cmd.Wait()
+	code, exited := waitExit(p.cmd.Process.Pid)
+	if !exited {
+		// Wait's error adds nothing the outcome uses: the exit status is
+		// in ProcessState.
+		p.mu.Lock()
+		_ = p.cmd.Wait()
+		p.reaped = true
+		p.mu.Unlock()
+		code = exitCode(p.cmd.ProcessState)
+	}
 	timer.Stop()
 	p.awaitOutput()
-	p.mu.Lock()
-	p.reaped = true
-	p.mu.Unlock()
 	close(p.done)
-	o := Outcome{ExitCode: exitCode(p.cmd.ProcessState), Runtime: time.Since(p.start)}
+	o := Outcome{ExitCode: code, Runtime: time.Since(p.start)}
 	p.mu.Lock()
 	o.Stopped, o.Infra = p.stopped, p.infra
 	p.mu.Unlock()
 	return o
+}
+
+// reap collects the exited leader, once its attempt is swept; from then on
+// its pid and its process group's may be another process's, and the
+// attempt is never signalled again.
+func (p *process) reap() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.reaped {
+		_ = p.cmd.Wait() // its exit status was read by wait
+		p.reaped = true
+	}
 }
 
 // awaitOutput waits until both output pipes are read to their end, for up
@@ -292,12 +313,21 @@ func (p *process) awaitOutput() {
 }
 
 // sweep kills every process of the attempt that is left and reports nil
-// once none is, or an error naming survivors.
+// once none is, or an error naming survivors. The leader, unreaped, keeps
+// its process group's number the attempt's (see wait).
 func (p *process) sweep() error {
-	if !p.pooled() { // with a pool the uid finds them all; the reaped leader's pid may be reused
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL) // ESRCH when none are left
+	pid := p.cmd.Process.Pid
+	p.mu.Lock()
+	leader := pid
+	if !p.reaped {
+		_ = syscall.Kill(-pid, syscall.SIGKILL) // ESRCH when none are left
+	} else if waitsUnreaped {
+		// Reaped after a wait that failed: its pid may be another's, and
+		// the sweep finds the attempt's processes without it.
+		leader = 0
 	}
-	return p.sb.sweepAttempt(p.jail, p.cmd.Process.Pid, false)
+	p.mu.Unlock()
+	return p.sb.sweepAttempt(p.jail, leader, false)
 }
 
 // pooled reports whether the attempt runs under a uid of its own.

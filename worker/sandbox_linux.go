@@ -327,7 +327,7 @@ type seenProc struct {
 
 // find lists the live processes match accepts, never the worker itself,
 // reading every process afresh.
-func find(match matcher) ([]int, error) { return findProcs(match, true, IDRange{}) }
+func find(match matcher) ([]procEntry, error) { return findProcs(match, true, IDRange{}) }
 
 // findSeen lists the live processes match accepts, never the worker
 // itself, as find does, but reads a process only when it is new since the
@@ -335,8 +335,8 @@ func find(match matcher) ([]int, error) { return findProcs(match, true, IDRange{
 // ran as a uid of pool: a job's process can exec a setuid copy of a shell
 // another attempt's uid left and become that uid, and its /proc entry
 // stays the same.
-func findSeen(pool IDRange) func(matcher) ([]int, error) {
-	return func(match matcher) ([]int, error) { return findProcs(match, false, pool) }
+func findSeen(pool IDRange) func(matcher) ([]procEntry, error) {
+	return func(match matcher) ([]procEntry, error) { return findProcs(match, false, pool) }
 }
 
 // reread reads pid's status afresh, keeping the marker an earlier read of
@@ -354,7 +354,7 @@ func reread(pid int, old *seenProc) (procInfo, error) {
 // findProcs lists the live processes match accepts, never the worker
 // itself, reading every process (all) or only those new or matching, and
 // keeps what it read in seen.
-func findProcs(match matcher, all bool, pool IDRange) ([]int, error) {
+func findProcs(match matcher, all bool, pool IDRange) ([]procEntry, error) {
 	self := selfPID
 	seen.Lock()
 	defer seen.Unlock()
@@ -395,7 +395,7 @@ func findProcs(match matcher, all bool, pool IDRange) ([]int, error) {
 	for pid, c := range next {
 		procs[pid] = c.info
 	}
-	var out []int
+	var out []procEntry
 	for pid, c := range next {
 		if c.info.zombie || !match(&c.info, procs) {
 			continue
@@ -415,7 +415,7 @@ func findProcs(match matcher, all bool, pool IDRange) ([]int, error) {
 				continue
 			}
 		}
-		out = append(out, pid)
+		out = append(out, procEntry{pid: pid, ino: c.ino})
 	}
 	return out, nil
 }
@@ -498,34 +498,69 @@ func atoiPID(name []byte) int {
 
 // signal sends sig to every process match accepts now.
 func signal(match matcher, sig syscall.Signal) error {
-	pids, err := find(match)
-	for _, pid := range pids {
-		_ = syscall.Kill(pid, sig) // ESRCH: gone already, which is the aim
+	procs, err := find(match)
+	for _, e := range procs {
+		kill(e, sig)
 	}
 	return err
 }
+
+// kill sends sig to the process listed as e, and to no other: not to one
+// that took its pid since the listing. It opens e's /proc directory, which
+// then stays that process's (a pidfd: the system signals through it the
+// process it was opened on, or none once that one is gone), checks that it
+// is the directory listed (its inode number; a process of the same pid
+// made since has another), and signals through it. One that does not
+// match is not signalled: the process listed is gone, or, if the system
+// gave its directory a new inode, the sweep's next read finds it again.
+// A system without pidfd_send_signal (Linux before 5.1) gets kill(2).
+func kill(e procEntry, sig syscall.Signal) {
+	fd, err := syscall.Open(procPath(e.pid, ""), syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return // gone already, which is the aim
+	}
+	defer func() { _ = syscall.Close(fd) }() // read only
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil || (e.ino > 1 && st.Ino != e.ino) {
+		return
+	}
+	_, _, errno := syscall.Syscall6(sysPidfdSendSignal, uintptr(fd), uintptr(sig), 0, 0, 0, 0)
+	if errno == syscall.ENOSYS {
+		_ = syscall.Kill(e.pid, sig) // ESRCH: gone already
+	}
+	// Any other error is ESRCH (gone already) or a process the worker
+	// may not signal, which kill(2) would refuse too.
+}
+
+// sysPidfdSendSignal is pidfd_send_signal's number, the same on every
+// architecture.
+const sysPidfdSendSignal = 424
 
 // sweep kills every process match accepts, listed by find, reading /proc
 // again after each round (a process may fork while the round runs), and
 // returns nil once a read finds none, or an error naming those that
 // outlive two seconds of SIGKILLs (a process stuck in the kernel, which
 // still holds its devices).
-func sweep(what string, match matcher, find func(matcher) ([]int, error)) error {
+func sweep(what string, match matcher, find func(matcher) ([]procEntry, error)) error {
 	deadline := time.Now().Add(2 * time.Second)
 	delay := time.Millisecond
 	for {
-		pids, err := find(match)
+		procs, err := find(match)
 		if err != nil {
 			return err
 		}
-		if len(pids) == 0 {
+		if len(procs) == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
+			pids := make([]int, len(procs))
+			for i, e := range procs {
+				pids[i] = e.pid
+			}
 			return fmt.Errorf("%d processes of %s survive SIGKILL: pids %v", len(pids), what, pids)
 		}
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL) // ESRCH: gone already
+		for _, e := range procs {
+			kill(e, syscall.SIGKILL)
 		}
 		time.Sleep(delay) // give the kernel time to tear them down
 		delay = min(2*delay, 50*time.Millisecond)

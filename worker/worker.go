@@ -711,7 +711,9 @@ func (w *Worker) run(ctx context.Context, r *attempt) {
 			proc.stop(pending, infra)
 		}
 		o = proc.wait(r.spec.Walltime)
-		if err := untilGone(ctx, w.leftovers, proc.sweep); err != nil {
+		err := untilGone(ctx, w.leftovers, proc.sweep)
+		proc.reap()
+		if err != nil {
 			// The worker is ending; its next life kills them (see
 			// reclaim) before it offers the GPUs.
 			log.Error("stopping with processes of the attempt left; its GPUs are not freed and it is not reported", slog.Any("err", err))
