@@ -79,14 +79,21 @@ type procInfo struct {
 	// is gone before its open files are.
 	prev    string
 	hasPrev bool
+	// denied: the marker is "" because the environment may not be read;
+	// start is then the process's start time, and the denial is kept only
+	// while the process has the same uids and start time (see findProcs).
+	denied bool
+	start  uint64
 }
 
 // env returns the process's marker, read on first use. An environment
 // that reads empty, or cannot be read but for a lack of permission, is
 // read again at the next use: a process in the middle of an exec shows an
 // empty one for a moment. One the worker may not read has no marker (or
-// the one an earlier read of the process found), kept like one read: it
-// would be denied again at every sweep.
+// the one an earlier read of the process found), kept like one read (it
+// would be denied again at every sweep) while the process keeps its uids
+// and start time: one that changed its uids (a setuid program that gave
+// up its privileges) may be readable now, and is read again.
 func (p *procInfo) env() string {
 	switch {
 	case p.kthread:
@@ -99,7 +106,7 @@ func (p *procInfo) env() string {
 		case p.hasPrev:
 			p.marker, p.markerRead = p.prev, true
 		case denied:
-			p.marker, p.markerRead = "", true
+			p.marker, p.markerRead, p.denied, p.start = "", true, true, startTime(p.pid)
 		default:
 			p.marker = ""
 		}
@@ -340,15 +347,47 @@ func findSeen(pool IDRange) func(matcher) ([]procEntry, error) {
 }
 
 // reread reads pid's status afresh, keeping the marker an earlier read of
-// the same process found.
-func reread(pid int, old *seenProc) (procInfo, error) {
+// the same process found. With keepDenial, a denial is kept while the
+// process has the uids and the start time it had when it was denied (see
+// env); the full reads read a denied environment again.
+func reread(pid int, old *seenProc, keepDenial bool) (procInfo, error) {
 	p, err := readStatus(pid)
-	if err == nil && old != nil && old.info.markerRead {
+	switch {
+	case err != nil || old == nil:
+	case old.info.denied:
+		if keepDenial && p.uids == old.info.uids && startTime(pid) == old.info.start {
+			p.marker, p.markerRead, p.denied, p.start = "", true, true, old.info.start
+		}
+	case old.info.markerRead:
 		p.prev, p.hasPrev = old.info.marker, true
-	} else if err == nil && old != nil && old.info.hasPrev {
+	case old.info.hasPrev:
 		p.prev, p.hasPrev = old.info.prev, true
 	}
 	return p, err
+}
+
+// startTime is pid's start time, in clock ticks since boot (field 22 of
+// /proc/<pid>/stat), or 0 if it cannot be read.
+func startTime(pid int) uint64 {
+	data, err := readProc(procPath(pid, "stat"))
+	if err != nil {
+		return 0
+	}
+	// The name, field 2, is in parentheses and may hold anything: count
+	// fields from the last ')'.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0
+	}
+	f := bytes.Fields(data[i+1:]) // from field 3
+	if len(f) < 20 {
+		return 0
+	}
+	n, err := strconv.ParseUint(string(f[19]), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // findProcs lists the live processes match accepts, never the worker
@@ -376,8 +415,8 @@ func findProcs(match matcher, all bool, pool IDRange) ([]procEntry, error) {
 		if c != nil && (c.ino != e.ino || e.ino <= 1) { // 1: /proc could not say
 			c = nil // another process of the same pid
 		}
-		if all || c == nil || slices.ContainsFunc(c.info.uids[:], pool.contains) {
-			p, err := reread(e.pid, c)
+		if all || c == nil || c.info.denied || slices.ContainsFunc(c.info.uids[:], pool.contains) {
+			p, err := reread(e.pid, c, !all)
 			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 				continue // exited meanwhile
 			}
@@ -402,7 +441,7 @@ func findProcs(match matcher, all bool, pool IDRange) ([]procEntry, error) {
 		}
 		if !fresh[pid] {
 			// What was read before matches: read it as it is now.
-			p, err := reread(pid, c)
+			p, err := reread(pid, c, !all)
 			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 				delete(next, pid)
 				continue
