@@ -245,8 +245,14 @@ func New(cfg Config) (*Worker, error) {
 	state.warn = func(err error) {
 		log.Warn("the record of started attempts keeps its expired lines", slog.Any("err", err))
 	}
-	jobs.report = func(err error) {
-		log.Warn("remove what ended attempts' users left in the shared directories", slog.Any("err", err))
+	walks := newOutage(log, "cannot remove what ended attempts' users left in the shared directories; their job uids stay out of the pool, retrying",
+		"removed what ended attempts' users left in the shared directories; their job uids are back in the pool")
+	jobs.walked = func(err error) {
+		if err != nil {
+			walks.fail(err)
+		} else {
+			walks.ok()
+		}
 	}
 	return &Worker{cfg: cfg, log: log,
 		claims: NewClaims(cfg.GPU, cfg.MaxUsedMiB), state: state, jobs: jobs, abort: make(chan struct{}),
