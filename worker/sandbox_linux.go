@@ -80,10 +80,9 @@ type procInfo struct {
 	prev    string
 	hasPrev bool
 	// denied: the marker is "" because the environment may not be read;
-	// start is then the process's start time, and the denial is kept only
-	// while the process has the same uids and start time (see findProcs).
+	// the denial is kept only while the process has the same uids (see
+	// reread).
 	denied bool
-	start  uint64
 }
 
 // env returns the process's marker, read on first use. An environment
@@ -91,9 +90,10 @@ type procInfo struct {
 // read again at the next use: a process in the middle of an exec shows an
 // empty one for a moment. One the worker may not read has no marker (or
 // the one an earlier read of the process found), kept like one read (it
-// would be denied again at every sweep) while the process keeps its uids
-// and start time: one that changed its uids (a setuid program that gave
-// up its privileges) may be readable now, and is read again.
+// would be denied again at every sweep) while the process keeps its uids:
+// one that changed them (a setuid program that gave up its privileges)
+// may be readable now, and is read again. A later process of the same pid
+// is another entry of /proc (see seen), read afresh.
 func (p *procInfo) env() string {
 	switch {
 	case p.kthread:
@@ -106,7 +106,7 @@ func (p *procInfo) env() string {
 		case p.hasPrev:
 			p.marker, p.markerRead = p.prev, true
 		case denied:
-			p.marker, p.markerRead, p.denied, p.start = "", true, true, startTime(p.pid)
+			p.marker, p.markerRead, p.denied = "", true, true
 		default:
 			p.marker = ""
 		}
@@ -334,29 +334,30 @@ type seenProc struct {
 
 // find lists the live processes match accepts, never the worker itself,
 // reading every process afresh.
-func find(match matcher) ([]procEntry, error) { return findProcs(match, true, IDRange{}) }
+func find(match matcher) ([]procEntry, error) { return findProcs(match, true, IDRange{}, 0) }
 
 // findSeen lists the live processes match accepts, never the worker
 // itself, as find does, but reads a process only when it is new since the
 // last read, what was read of it matches (see the top of this file), or it
 // ran as a uid of pool: a job's process can exec a setuid copy of a shell
 // another attempt's uid left and become that uid, and its /proc entry
-// stays the same.
-func findSeen(pool IDRange) func(matcher) ([]procEntry, error) {
-	return func(match matcher) ([]procEntry, error) { return findProcs(match, false, pool) }
+// stays the same. A process exited, when not 0, is a child of the worker
+// that has exited and is not reaped yet: it is neither read nor listed.
+func findSeen(pool IDRange, exited int) func(matcher) ([]procEntry, error) {
+	return func(match matcher) ([]procEntry, error) { return findProcs(match, false, pool, exited) }
 }
 
 // reread reads pid's status afresh, keeping the marker an earlier read of
 // the same process found. With keepDenial, a denial is kept while the
-// process has the uids and the start time it had when it was denied (see
-// env); the full reads read a denied environment again.
+// process has the uids it had when it was denied (see env); the full
+// reads read a denied environment again.
 func reread(pid int, old *seenProc, keepDenial bool) (procInfo, error) {
 	p, err := readStatus(pid)
 	switch {
 	case err != nil || old == nil:
 	case old.info.denied:
-		if keepDenial && p.uids == old.info.uids && startTime(pid) == old.info.start {
-			p.marker, p.markerRead, p.denied, p.start = "", true, true, old.info.start
+		if keepDenial && p.uids == old.info.uids {
+			p.marker, p.markerRead, p.denied = "", true, true
 		}
 	case old.info.markerRead:
 		p.prev, p.hasPrev = old.info.marker, true
@@ -366,34 +367,10 @@ func reread(pid int, old *seenProc, keepDenial bool) (procInfo, error) {
 	return p, err
 }
 
-// startTime is pid's start time, in clock ticks since boot (field 22 of
-// /proc/<pid>/stat), or 0 if it cannot be read.
-func startTime(pid int) uint64 {
-	data, err := readProc(procPath(pid, "stat"))
-	if err != nil {
-		return 0
-	}
-	// The name, field 2, is in parentheses and may hold anything: count
-	// fields from the last ')'.
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return 0
-	}
-	f := bytes.Fields(data[i+1:]) // from field 3
-	if len(f) < 20 {
-		return 0
-	}
-	n, err := strconv.ParseUint(string(f[19]), 10, 64)
-	if err != nil {
-		return 0
-	}
-	return n
-}
-
 // findProcs lists the live processes match accepts, never the worker
-// itself, reading every process (all) or only those new or matching, and
-// keeps what it read in seen.
-func findProcs(match matcher, all bool, pool IDRange) ([]procEntry, error) {
+// itself nor exited (see findSeen), reading every process (all) or only
+// those new or matching, and keeps what it read in seen.
+func findProcs(match matcher, all bool, pool IDRange, exited int) ([]procEntry, error) {
 	self := selfPID
 	seen.Lock()
 	defer seen.Unlock()
@@ -408,7 +385,7 @@ func findProcs(match matcher, all bool, pool IDRange) ([]procEntry, error) {
 	clear(next)
 	clear(fresh)
 	for _, e := range ents {
-		if e.pid == self {
+		if e.pid == self || e.pid == exited {
 			continue
 		}
 		c := seen.procs[e.pid]
@@ -613,7 +590,11 @@ func (s *sandbox) signalAttempt(j *jail, leader int, alive bool, sig syscall.Sig
 
 // sweepAttempt kills j's processes and reports whether any is left.
 func (s *sandbox) sweepAttempt(j *jail, leader int, alive bool) error {
-	return sweep("the attempt in "+j.dir, s.attemptMatcher(j, leader, alive), findSeen(s.uids))
+	exited := 0
+	if !alive && waitsUnreaped {
+		exited = leader // a zombie until the sweep is done (see process.wait)
+	}
+	return sweep("the attempt in "+j.dir, s.attemptMatcher(j, leader, alive), findSeen(s.uids, exited))
 }
 
 // reclaim kills what attempts of an earlier life of the worker left.
