@@ -110,39 +110,42 @@ const markerVar = "GPUQ_SANDBOX"
 // jobEnv builds an attempt's environment: the allowed variables of base
 // (the worker's), then the job's own, then gpuq's, which win (with
 // GPUQ_ARRAY_ID and GPUQ_ARRAY_INDEX for a task of a job array). It is
-// sorted and has one entry per name.
+// sorted and has one entry per name. It is built for every attempt, so it
+// makes one slice and its strings, and no map: the entries are put in the
+// order of who wins, sorted by name with the order kept among equal
+// names, and the first of each name is kept.
 func jobEnv(base []string, s Spec) []string {
-	env := map[string]string{"PATH": defaultPath}
-	for _, kv := range base {
-		if k, v, ok := strings.Cut(kv, "="); ok && allowed(k) {
-			env[k] = v
-		}
+	devs := strings.Join(s.Devices, ",")
+	env := make([]string, 0, 12+len(s.Env)+len(base))
+	env = append(env,
+		"CUDA_VISIBLE_DEVICES="+devs,
+		"NVIDIA_VISIBLE_DEVICES="+devs,
+		"GPUQ_JOB_ID="+s.Attempt.Job,
+		"GPUQ_ACCOUNT="+s.Account,
+		"GPUQ_ATTEMPT="+strconv.Itoa(s.Attempt.N),
+		"HOME="+s.Dir,
+		"TMPDIR="+s.Dir,
+		markerVar+"="+s.Dir)
+	if s.ArrayID != "" {
+		env = append(env, "GPUQ_ARRAY_ID="+s.ArrayID, "GPUQ_ARRAY_INDEX="+strconv.Itoa(s.ArrayIndex))
 	}
 	for k, v := range s.Env {
-		env[k] = v
+		env = append(env, k+"="+v)
 	}
-	devs := strings.Join(s.Devices, ",")
-	for k, v := range map[string]string{
-		"CUDA_VISIBLE_DEVICES":   devs,
-		"NVIDIA_VISIBLE_DEVICES": devs,
-		"GPUQ_JOB_ID":            s.Attempt.Job,
-		"GPUQ_ACCOUNT":           s.Account,
-		"GPUQ_ATTEMPT":           strconv.Itoa(s.Attempt.N),
-		"HOME":                   s.Dir,
-		"TMPDIR":                 s.Dir,
-		markerVar:                s.Dir,
-	} {
-		env[k] = v
+	for _, kv := range base {
+		if k, _, ok := strings.Cut(kv, "="); ok && allowed(k) {
+			env = append(env, kv)
+		}
 	}
-	if s.ArrayID != "" {
-		env["GPUQ_ARRAY_ID"], env["GPUQ_ARRAY_INDEX"] = s.ArrayID, strconv.Itoa(s.ArrayIndex)
-	}
-	out := make([]string, 0, len(env))
-	for k, v := range env {
-		out = append(out, k+"="+v)
-	}
-	slices.Sort(out)
-	return out
+	env = append(env, "PATH="+defaultPath) // when the worker has none
+	slices.SortStableFunc(env, func(a, b string) int { return strings.Compare(envName(a), envName(b)) })
+	return slices.CompactFunc(env, func(a, b string) bool { return envName(a) == envName(b) })
+}
+
+// envName is the name of an environment entry NAME=value.
+func envName(kv string) string {
+	k, _, _ := strings.Cut(kv, "=")
+	return k
 }
 
 // sandbox makes, hands out and takes back the attempts' directories and

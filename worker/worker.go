@@ -621,7 +621,7 @@ func (w *Worker) dispatch(run, ctx context.Context, o ledger.DispatchOrder) bool
 		w.mu.Unlock()
 		return false
 	}
-	log.Info("starting", slog.Any("gpu_uuid", devs))
+	log.Debug("starting", slog.Any("gpu_uuid", devs))
 	w.metrics().AttemptStarted()
 	w.wg.Add(1)
 	go w.run(ctx, r)
