@@ -120,7 +120,7 @@ func TestLeaderPidStaysTheAttemptsUntilSwept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pid := p.cmd.Process.Pid
+	pid := p.pid
 	if o := p.wait(time.Minute); o.ExitCode != 0 {
 		t.Fatalf("true exited %d", o.ExitCode)
 	}
