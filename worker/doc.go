@@ -91,7 +91,9 @@
 // not a security boundary, and jobs share the host's network, /tmp,
 // /var/tmp and /dev/shm while they run (with a job uid pool, what an
 // attempt's uid left there is removed, in one walk for every uid released
-// meanwhile, before the uid goes to another attempt; without a pool every
+// meanwhile, before the uid goes to another attempt; a walk that fails is
+// logged as an outage and retried, and its uids stay out of the pool until
+// one succeeds; without a pool every
 // job is the worker's user): run untrusted jobs in containers for more.
 // Mount those directories nosuid: a setuid copy of a shell an attempt
 // leaves there lets any process that runs it become the attempt's uid

@@ -47,7 +47,8 @@ type Outcome struct {
 // process is one running attempt: a child in its own process group, in
 // its attempt's place.
 type process struct {
-	cmd   *exec.Cmd
+	proc  *os.Process
+	pid   int
 	sb    *sandbox
 	jail  *jail
 	log   *slog.Logger
@@ -60,10 +61,12 @@ type process struct {
 	outputs []*os.File
 	copied  chan struct{}
 
+	// mu is held while the attempt is signalled, so the leader is not
+	// reaped meanwhile (see reap).
 	mu      sync.Mutex
 	stopped string
 	infra   bool
-	reaped  bool // Wait has returned: the leader's pid may be reused
+	reaped  bool // the leader is reaped: its pid, and its group's, may be another process's
 }
 
 // startProcess starts s's command in its attempt's place j (see
@@ -79,16 +82,25 @@ func startProcess(sb *sandbox, j *jail, s Spec, stdout, stderr io.Writer, grace 
 	return p, err
 }
 
+// startCommand starts the attempt's process with os.StartProcess: an
+// os/exec Cmd would copy and check its environment (a map per attempt) and
+// its files again, for what the worker has made already.
 func startCommand(sb *sandbox, j *jail, s Spec, stdout, stderr io.Writer, grace time.Duration, log *slog.Logger, cached bool) (*process, error) {
-	cmd := exec.Command(lookPath(s.Command[0], cached), s.Command[1:]...)
-	cmd.Args[0] = s.Command[0]
-	cmd.Env = jobEnv(os.Environ(), s)
-	cmd.Dir = s.Dir
+	path, err := lookPath(s.Command[0], cached)
+	if err != nil {
+		return nil, err
+	}
+	dir := s.Dir
 	if s.Workdir != "" {
-		cmd.Dir = s.Workdir
+		dir = s.Workdir
+	}
+	// Opened once for every attempt, rather than for each.
+	null, err := devNull()
+	if err != nil {
+		return nil, err
 	}
 	// The output pipes are the worker's own (see outputPipe), read by
-	// copiers of its own (see copyOutput), not os/exec's.
+	// copiers of its own (see copyOutput).
 	outR, outW, err := outputPipe()
 	if err != nil {
 		return nil, fmt.Errorf("output pipe: %w", err)
@@ -98,13 +110,8 @@ func startCommand(sb *sandbox, j *jail, s Spec, stdout, stderr io.Writer, grace 
 		_, _ = outR.Close(), outW.Close() // unused
 		return nil, fmt.Errorf("output pipe: %w", err)
 	}
-	cmd.Stdout, cmd.Stderr = outW, errW
-	// Opened once for every attempt, rather than by each Start.
-	if null, err := devNull(); err == nil {
-		cmd.Stdin = null
-	}
-	cmd.SysProcAttr = sysProcAttr(j)
-	err = cmd.Start()
+	proc, err := os.StartProcess(path, s.Command, &os.ProcAttr{Dir: dir, Env: jobEnv(os.Environ(), s),
+		Files: []*os.File{null, outW, errW}, Sys: sysProcAttr(j)})
 	// The child has its copies of the write ends (or none): the read ends
 	// see EOF once every process holding them is gone.
 	_, _ = outW.Close(), errW.Close() // never written here
@@ -112,7 +119,7 @@ func startCommand(sb *sandbox, j *jail, s Spec, stdout, stderr io.Writer, grace 
 		_, _ = outR.Close(), errR.Close() // nothing to read
 		return nil, err
 	}
-	p := &process{cmd: cmd, sb: sb, jail: j, log: log, start: time.Now(), done: make(chan struct{}), grace: grace,
+	p := &process{proc: proc, pid: proc.Pid, sb: sb, jail: j, log: log, start: time.Now(), done: make(chan struct{}), grace: grace,
 		outputs: []*os.File{outR, errR}, copied: make(chan struct{}, 2)}
 	go p.copyOutput(outR, stdout)
 	go p.copyOutput(errR, stderr)
@@ -146,34 +153,34 @@ func (p *process) copyOutput(r *os.File, w io.Writer) {
 	p.copied <- struct{}{}
 }
 
-// lookPath is where exec.Command finds name, a program named without a
+// lookPath is where exec.LookPath finds name, a program named without a
 // directory, in the worker's PATH, as it was found at most pathTTL ago
 // (unless cached is false): a search of every directory of PATH costs a
 // dozen system calls, for every attempt. A program installed in an
 // earlier directory of PATH is found within pathTTL; one that is gone
 // makes the start fail with ENOENT, and startProcess looks again. Any
-// other name is itself.
-func lookPath(name string, cached bool) string {
+// other name is itself. The error is exec.LookPath's.
+func lookPath(name string, cached bool) (string, error) {
 	if strings.ContainsRune(name, '/') {
-		return name
+		return name, nil
 	}
 	path := os.Getenv("PATH")
 	now := time.Now()
 	paths.Lock()
 	defer paths.Unlock()
 	if e, ok := paths.m[name]; ok && cached && e.path == path && now.Sub(e.at) < pathTTL {
-		return e.found
+		return e.found, nil
 	}
 	found, err := exec.LookPath(name)
 	if err != nil {
 		delete(paths.m, name)
-		return name // exec.Command looks again and fails with why
+		return "", err
 	}
 	if len(paths.m) >= 1024 {
 		clear(paths.m) // a bound: names are the jobs'
 	}
 	paths.m[name] = pathEntry{path: path, found: found, at: now}
-	return found
+	return found, nil
 }
 
 // pathTTL is how long lookPath keeps what it found.
@@ -195,18 +202,18 @@ var devNull = sync.OnceValues(func() (*os.File, error) { return os.Open(os.DevNu
 
 // signal sends sig to every process of the attempt the sandbox can find,
 // and to its process group. One it cannot list now the sweep at the end
-// kills.
+// kills. Until the leader is reaped (after the sweep, see reap) its pid,
+// and so its process group's, is the attempt's and no other process's;
+// once it is, nothing of the attempt is left, and signal does nothing.
 func (p *process) signal(sig syscall.Signal) {
-	pid := p.cmd.Process.Pid
+	pid := p.pid
 	p.mu.Lock()
-	alive := !p.reaped
-	p.mu.Unlock()
-	if alive || !p.pooled() {
-		// Once the leader is reaped and its group empty, its pid may be
-		// another process's; a pool's uid finds every process anyway.
-		_ = syscall.Kill(-pid, sig) // ESRCH: the group is gone, which is the aim
+	defer p.mu.Unlock()
+	if p.reaped {
+		return
 	}
-	if err := p.sb.signalAttempt(p.jail, pid, alive, sig); err != nil {
+	_ = syscall.Kill(-pid, sig) // ESRCH: the group is gone, which is the aim
+	if err := p.sb.signalAttempt(p.jail, pid, true, sig); err != nil {
 		p.log.Warn("signal the attempt's processes", slog.String("signal", sig.String()), slog.Any("err", err))
 	}
 }
@@ -245,23 +252,45 @@ func (p *process) kill(reason string, infra bool) {
 
 // wait waits for the process to exit, stopping it at its walltime, and
 // returns how it ended. Processes it left may still run: the caller sweeps
-// them (see sweep) before the attempt's GPUs are freed.
+// them (see sweep) before the attempt's GPUs are freed, and then reaps the
+// leader (see reap), which wait leaves a zombie where the system allows:
+// its pid then stays the attempt's, and so does its process group's
+// number, which the sweep and a stop signal.
 func (p *process) wait(walltime time.Duration) Outcome {
 	timer := time.AfterFunc(walltime, func() { p.stop("walltime", false) })
-	// Wait's error adds nothing the outcome uses: the exit status is in
-	// ProcessState.
-	_ = p.cmd.Wait()
+	code, exited := waitExit(p.pid)
+	if !exited {
+		p.mu.Lock()
+		ps, err := p.proc.Wait()
+		p.reaped = true
+		p.mu.Unlock()
+		code = exitCode(ps)
+		if err != nil {
+			p.log.Warn("wait for the attempt's process", slog.Any("err", err))
+		}
+	}
 	timer.Stop()
 	p.awaitOutput()
-	p.mu.Lock()
-	p.reaped = true
-	p.mu.Unlock()
 	close(p.done)
-	o := Outcome{ExitCode: exitCode(p.cmd.ProcessState), Runtime: time.Since(p.start)}
+	o := Outcome{ExitCode: code, Runtime: time.Since(p.start)}
 	p.mu.Lock()
 	o.Stopped, o.Infra = p.stopped, p.infra
 	p.mu.Unlock()
 	return o
+}
+
+// reap collects the exited leader, once its attempt is swept; from then on
+// its pid and its process group's may be another process's, and the
+// attempt is never signalled again.
+func (p *process) reap() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.reaped {
+		if _, err := p.proc.Wait(); err != nil { // its exit status was read by wait
+			p.log.Warn("reap the attempt's process", slog.Any("err", err))
+		}
+		p.reaped = true
+	}
 }
 
 // awaitOutput waits until both output pipes are read to their end, for up
@@ -292,12 +321,21 @@ func (p *process) awaitOutput() {
 }
 
 // sweep kills every process of the attempt that is left and reports nil
-// once none is, or an error naming survivors.
+// once none is, or an error naming survivors. The leader, unreaped, keeps
+// its process group's number the attempt's (see wait).
 func (p *process) sweep() error {
-	if !p.pooled() { // with a pool the uid finds them all; the reaped leader's pid may be reused
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL) // ESRCH when none are left
+	pid := p.pid
+	p.mu.Lock()
+	leader := pid
+	if !p.reaped {
+		_ = syscall.Kill(-pid, syscall.SIGKILL) // ESRCH when none are left
+	} else if waitsUnreaped {
+		// Reaped after a wait that failed: its pid may be another's, and
+		// the sweep finds the attempt's processes without it.
+		leader = 0
 	}
-	return p.sb.sweepAttempt(p.jail, p.cmd.Process.Pid, false)
+	p.mu.Unlock()
+	return p.sb.sweepAttempt(p.jail, leader, false)
 }
 
 // pooled reports whether the attempt runs under a uid of its own.

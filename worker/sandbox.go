@@ -110,39 +110,42 @@ const markerVar = "GPUQ_SANDBOX"
 // jobEnv builds an attempt's environment: the allowed variables of base
 // (the worker's), then the job's own, then gpuq's, which win (with
 // GPUQ_ARRAY_ID and GPUQ_ARRAY_INDEX for a task of a job array). It is
-// sorted and has one entry per name.
+// sorted and has one entry per name. It is built for every attempt, so it
+// makes one slice and its strings, and no map: the entries are put in the
+// order of who wins, sorted by name with the order kept among equal
+// names, and the first of each name is kept.
 func jobEnv(base []string, s Spec) []string {
-	env := map[string]string{"PATH": defaultPath}
-	for _, kv := range base {
-		if k, v, ok := strings.Cut(kv, "="); ok && allowed(k) {
-			env[k] = v
-		}
+	devs := strings.Join(s.Devices, ",")
+	env := make([]string, 0, 12+len(s.Env)+len(base))
+	env = append(env,
+		"CUDA_VISIBLE_DEVICES="+devs,
+		"NVIDIA_VISIBLE_DEVICES="+devs,
+		"GPUQ_JOB_ID="+s.Attempt.Job,
+		"GPUQ_ACCOUNT="+s.Account,
+		"GPUQ_ATTEMPT="+strconv.Itoa(s.Attempt.N),
+		"HOME="+s.Dir,
+		"TMPDIR="+s.Dir,
+		markerVar+"="+s.Dir)
+	if s.ArrayID != "" {
+		env = append(env, "GPUQ_ARRAY_ID="+s.ArrayID, "GPUQ_ARRAY_INDEX="+strconv.Itoa(s.ArrayIndex))
 	}
 	for k, v := range s.Env {
-		env[k] = v
+		env = append(env, k+"="+v)
 	}
-	devs := strings.Join(s.Devices, ",")
-	for k, v := range map[string]string{
-		"CUDA_VISIBLE_DEVICES":   devs,
-		"NVIDIA_VISIBLE_DEVICES": devs,
-		"GPUQ_JOB_ID":            s.Attempt.Job,
-		"GPUQ_ACCOUNT":           s.Account,
-		"GPUQ_ATTEMPT":           strconv.Itoa(s.Attempt.N),
-		"HOME":                   s.Dir,
-		"TMPDIR":                 s.Dir,
-		markerVar:                s.Dir,
-	} {
-		env[k] = v
+	for _, kv := range base {
+		if k, _, ok := strings.Cut(kv, "="); ok && allowed(k) {
+			env = append(env, kv)
+		}
 	}
-	if s.ArrayID != "" {
-		env["GPUQ_ARRAY_ID"], env["GPUQ_ARRAY_INDEX"] = s.ArrayID, strconv.Itoa(s.ArrayIndex)
-	}
-	out := make([]string, 0, len(env))
-	for k, v := range env {
-		out = append(out, k+"="+v)
-	}
-	slices.Sort(out)
-	return out
+	env = append(env, "PATH="+defaultPath) // when the worker has none
+	slices.SortStableFunc(env, func(a, b string) int { return strings.Compare(envName(a), envName(b)) })
+	return slices.CompactFunc(env, func(a, b string) bool { return envName(a) == envName(b) })
+}
+
+// envName is the name of an environment entry NAME=value.
+func envName(kv string) string {
+	k, _, _ := strings.Cut(kv, "=")
+	return k
 }
 
 // sandbox makes, hands out and takes back the attempts' directories and
@@ -172,9 +175,14 @@ type sandbox struct {
 	freed    *sync.Cond
 	hurry    chan struct{} // a prepare waits for an id: walk now
 	walk     sharedWalk    // the cleaner's, which alone uses it
-	// report is told of a walk that failed (the ids still go back, as
-	// they always did); set by the worker.
-	report func(error)
+	shared   []string      // the directories walked: sharedDirs, unless a test sets others
+	// walkErr is the last walk's failure, nil once one succeeds: the ids
+	// it was for stay dirty, out of the pool, and are walked for again.
+	walkErr  error
+	stopping bool // the worker stops: a walk that fails is not retried
+	// walked is told of each walk's result, nil for a success; set by
+	// the worker, whose outage log it feeds.
+	walked func(error)
 }
 
 // maxSpare bounds the spare directories kept: more than the attempts that
@@ -200,7 +208,7 @@ var (
 // reach their own directories but list nothing), 0700 without.
 func newSandbox(cfg *Config) (*sandbox, error) {
 	s := &sandbox{root: filepath.Clean(cfg.JobRoot), uids: cfg.JobUIDs, keep: cfg.KeepAttemptDirs,
-		self: os.Geteuid(), used: map[uint32]struct{}{}}
+		self: os.Geteuid(), used: map[uint32]struct{}{}, shared: sharedDirs}
 	s.freed, s.hurry = sync.NewCond(&s.mu), make(chan struct{}, 1)
 	if err := s.uids.check(); err != nil {
 		return nil, fmt.Errorf("worker: Config.JobUIDs: %w", err)
@@ -270,6 +278,9 @@ func (s *sandbox) register(host string) error {
 }
 
 func (s *sandbox) unregister() {
+	s.mu.Lock()
+	s.stopping = true
+	s.mu.Unlock()
 	s.settle()
 	poolsMu.Lock()
 	delete(pools, s)
@@ -308,6 +319,11 @@ func (s *sandbox) prepare(a Attempt) (*jail, error) {
 	if j.pooled {
 		s.mu.Lock()
 		for len(s.free) == 0 {
+			if s.walkErr != nil {
+				err := s.walkErr
+				s.mu.Unlock()
+				return nil, fmt.Errorf("every job uid of %s is in use or held until what its last user left in the shared directories is removed: %w", s.uids, err)
+			}
 			if len(s.dirty) == 0 && !s.cleaning {
 				s.mu.Unlock()
 				return nil, fmt.Errorf("every job uid of %s is in use", s.uids)
@@ -378,8 +394,12 @@ func (s *sandbox) clean(uid uint32) {
 }
 
 // cleaner walks the shared directories for every dirty id at once, gives
-// them back, and goes on while more are dirty.
+// them back, and goes on while more are dirty. The ids of a walk that
+// failed stay dirty, out of the pool (what their attempts left may still
+// be there for the next holder to read), and are walked for again after a
+// backoff, until a walk succeeds or the worker stops.
 func (s *sandbox) cleaner() {
+	bo := retryBackoff(cleanEvery, 5*time.Second)
 	for {
 		s.mu.Lock()
 		batch := s.dirty
@@ -391,18 +411,37 @@ func (s *sandbox) cleaner() {
 			return
 		}
 		s.mu.Unlock()
-		err := s.walk.remove(batch, s.uids, sharedDirs, s.root)
+		err := s.walk.remove(batch, s.uids, s.shared, s.root)
 		s.mu.Lock()
-		s.free = append(s.free, batch...)
+		if err != nil {
+			s.dirty = append(batch, s.dirty...)
+		} else {
+			s.free = append(s.free, batch...)
+		}
+		s.walkErr = err
+		stop := err != nil && s.stopping
+		if stop {
+			s.cleaning = false // the next life walks for them (see cleanAll)
+		}
 		s.freed.Broadcast()
 		s.mu.Unlock()
-		if err != nil && s.report != nil {
-			s.report(err)
+		if s.walked != nil {
+			s.walked(err)
+		}
+		if stop {
+			return
 		}
 		// Let releases gather, unless a prepare waits for an id: a walk
 		// costs what is in the shared directories (milliseconds on a
-		// busy host), the same for one id as for many.
-		t := time.NewTimer(cleanEvery)
+		// busy host), the same for one id as for many. After a failure
+		// the next walk waits longer each time.
+		wait := cleanEvery
+		if err != nil {
+			wait = bo.NextBackOff()
+		} else {
+			bo.Reset()
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
 		case <-s.hurry:
@@ -443,7 +482,8 @@ func (s *sandbox) startCleaner() {
 	go s.cleaner()
 }
 
-// settle waits until the ids of every ended attempt are back in the pool.
+// settle waits until the ids of every ended attempt are back in the pool,
+// or, once the worker stops, until a walk for them has failed.
 func (s *sandbox) settle() {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -79,14 +79,21 @@ type procInfo struct {
 	// is gone before its open files are.
 	prev    string
 	hasPrev bool
+	// denied: the marker is "" because the environment may not be read;
+	// the denial is kept only while the process has the same uids (see
+	// reread).
+	denied bool
 }
 
 // env returns the process's marker, read on first use. An environment
 // that reads empty, or cannot be read but for a lack of permission, is
 // read again at the next use: a process in the middle of an exec shows an
 // empty one for a moment. One the worker may not read has no marker (or
-// the one an earlier read of the process found), kept like one read: it
-// would be denied again at every sweep.
+// the one an earlier read of the process found), kept like one read (it
+// would be denied again at every sweep) while the process keeps its uids:
+// one that changed them (a setuid program that gave up its privileges)
+// may be readable now, and is read again. A later process of the same pid
+// is another entry of /proc (see seen), read afresh.
 func (p *procInfo) env() string {
 	switch {
 	case p.kthread:
@@ -99,7 +106,7 @@ func (p *procInfo) env() string {
 		case p.hasPrev:
 			p.marker, p.markerRead = p.prev, true
 		case denied:
-			p.marker, p.markerRead = "", true
+			p.marker, p.markerRead, p.denied = "", true, true
 		default:
 			p.marker = ""
 		}
@@ -327,34 +334,43 @@ type seenProc struct {
 
 // find lists the live processes match accepts, never the worker itself,
 // reading every process afresh.
-func find(match matcher) ([]int, error) { return findProcs(match, true, IDRange{}) }
+func find(match matcher) ([]procEntry, error) { return findProcs(match, true, IDRange{}, 0) }
 
 // findSeen lists the live processes match accepts, never the worker
 // itself, as find does, but reads a process only when it is new since the
 // last read, what was read of it matches (see the top of this file), or it
 // ran as a uid of pool: a job's process can exec a setuid copy of a shell
 // another attempt's uid left and become that uid, and its /proc entry
-// stays the same.
-func findSeen(pool IDRange) func(matcher) ([]int, error) {
-	return func(match matcher) ([]int, error) { return findProcs(match, false, pool) }
+// stays the same. A process exited, when not 0, is a child of the worker
+// that has exited and is not reaped yet: it is neither read nor listed.
+func findSeen(pool IDRange, exited int) func(matcher) ([]procEntry, error) {
+	return func(match matcher) ([]procEntry, error) { return findProcs(match, false, pool, exited) }
 }
 
 // reread reads pid's status afresh, keeping the marker an earlier read of
-// the same process found.
-func reread(pid int, old *seenProc) (procInfo, error) {
+// the same process found. With keepDenial, a denial is kept while the
+// process has the uids it had when it was denied (see env); the full
+// reads read a denied environment again.
+func reread(pid int, old *seenProc, keepDenial bool) (procInfo, error) {
 	p, err := readStatus(pid)
-	if err == nil && old != nil && old.info.markerRead {
+	switch {
+	case err != nil || old == nil:
+	case old.info.denied:
+		if keepDenial && p.uids == old.info.uids {
+			p.marker, p.markerRead, p.denied = "", true, true
+		}
+	case old.info.markerRead:
 		p.prev, p.hasPrev = old.info.marker, true
-	} else if err == nil && old != nil && old.info.hasPrev {
+	case old.info.hasPrev:
 		p.prev, p.hasPrev = old.info.prev, true
 	}
 	return p, err
 }
 
 // findProcs lists the live processes match accepts, never the worker
-// itself, reading every process (all) or only those new or matching, and
-// keeps what it read in seen.
-func findProcs(match matcher, all bool, pool IDRange) ([]int, error) {
+// itself nor exited (see findSeen), reading every process (all) or only
+// those new or matching, and keeps what it read in seen.
+func findProcs(match matcher, all bool, pool IDRange, exited int) ([]procEntry, error) {
 	self := selfPID
 	seen.Lock()
 	defer seen.Unlock()
@@ -369,15 +385,15 @@ func findProcs(match matcher, all bool, pool IDRange) ([]int, error) {
 	clear(next)
 	clear(fresh)
 	for _, e := range ents {
-		if e.pid == self {
+		if e.pid == self || e.pid == exited {
 			continue
 		}
 		c := seen.procs[e.pid]
 		if c != nil && (c.ino != e.ino || e.ino <= 1) { // 1: /proc could not say
 			c = nil // another process of the same pid
 		}
-		if all || c == nil || slices.ContainsFunc(c.info.uids[:], pool.contains) {
-			p, err := reread(e.pid, c)
+		if all || c == nil || c.info.denied || slices.ContainsFunc(c.info.uids[:], pool.contains) {
+			p, err := reread(e.pid, c, !all)
 			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 				continue // exited meanwhile
 			}
@@ -395,14 +411,14 @@ func findProcs(match matcher, all bool, pool IDRange) ([]int, error) {
 	for pid, c := range next {
 		procs[pid] = c.info
 	}
-	var out []int
+	var out []procEntry
 	for pid, c := range next {
 		if c.info.zombie || !match(&c.info, procs) {
 			continue
 		}
 		if !fresh[pid] {
 			// What was read before matches: read it as it is now.
-			p, err := reread(pid, c)
+			p, err := reread(pid, c, !all)
 			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 				delete(next, pid)
 				continue
@@ -415,7 +431,7 @@ func findProcs(match matcher, all bool, pool IDRange) ([]int, error) {
 				continue
 			}
 		}
-		out = append(out, pid)
+		out = append(out, procEntry{pid: pid, ino: c.ino})
 	}
 	return out, nil
 }
@@ -498,34 +514,69 @@ func atoiPID(name []byte) int {
 
 // signal sends sig to every process match accepts now.
 func signal(match matcher, sig syscall.Signal) error {
-	pids, err := find(match)
-	for _, pid := range pids {
-		_ = syscall.Kill(pid, sig) // ESRCH: gone already, which is the aim
+	procs, err := find(match)
+	for _, e := range procs {
+		kill(e, sig)
 	}
 	return err
 }
+
+// kill sends sig to the process listed as e, and to no other: not to one
+// that took its pid since the listing. It opens e's /proc directory, which
+// then stays that process's (a pidfd: the system signals through it the
+// process it was opened on, or none once that one is gone), checks that it
+// is the directory listed (its inode number; a process of the same pid
+// made since has another), and signals through it. One that does not
+// match is not signalled: the process listed is gone, or, if the system
+// gave its directory a new inode, the sweep's next read finds it again.
+// A system without pidfd_send_signal (Linux before 5.1) gets kill(2).
+func kill(e procEntry, sig syscall.Signal) {
+	fd, err := syscall.Open(procPath(e.pid, ""), syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return // gone already, which is the aim
+	}
+	defer func() { _ = syscall.Close(fd) }() // read only
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil || (e.ino > 1 && st.Ino != e.ino) {
+		return
+	}
+	_, _, errno := syscall.Syscall6(sysPidfdSendSignal, uintptr(fd), uintptr(sig), 0, 0, 0, 0)
+	if errno == syscall.ENOSYS {
+		_ = syscall.Kill(e.pid, sig) // ESRCH: gone already
+	}
+	// Any other error is ESRCH (gone already) or a process the worker
+	// may not signal, which kill(2) would refuse too.
+}
+
+// sysPidfdSendSignal is pidfd_send_signal's number, the same on every
+// architecture.
+const sysPidfdSendSignal = 424
 
 // sweep kills every process match accepts, listed by find, reading /proc
 // again after each round (a process may fork while the round runs), and
 // returns nil once a read finds none, or an error naming those that
 // outlive two seconds of SIGKILLs (a process stuck in the kernel, which
 // still holds its devices).
-func sweep(what string, match matcher, find func(matcher) ([]int, error)) error {
+func sweep(what string, match matcher, find func(matcher) ([]procEntry, error)) error {
 	deadline := time.Now().Add(2 * time.Second)
 	delay := time.Millisecond
 	for {
-		pids, err := find(match)
+		procs, err := find(match)
 		if err != nil {
 			return err
 		}
-		if len(pids) == 0 {
+		if len(procs) == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
+			pids := make([]int, len(procs))
+			for i, e := range procs {
+				pids[i] = e.pid
+			}
 			return fmt.Errorf("%d processes of %s survive SIGKILL: pids %v", len(pids), what, pids)
 		}
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL) // ESRCH: gone already
+		for _, e := range procs {
+			kill(e, syscall.SIGKILL)
 		}
 		time.Sleep(delay) // give the kernel time to tear them down
 		delay = min(2*delay, 50*time.Millisecond)
@@ -539,7 +590,11 @@ func (s *sandbox) signalAttempt(j *jail, leader int, alive bool, sig syscall.Sig
 
 // sweepAttempt kills j's processes and reports whether any is left.
 func (s *sandbox) sweepAttempt(j *jail, leader int, alive bool) error {
-	return sweep("the attempt in "+j.dir, s.attemptMatcher(j, leader, alive), findSeen(s.uids))
+	exited := 0
+	if !alive && waitsUnreaped {
+		exited = leader // a zombie until the sweep is done (see process.wait)
+	}
+	return sweep("the attempt in "+j.dir, s.attemptMatcher(j, leader, alive), findSeen(s.uids, exited))
 }
 
 // reclaim kills what attempts of an earlier life of the worker left.

@@ -112,3 +112,71 @@ func TestSandboxRecycledDirectoryIsFresh(t *testing.T) {
 		})
 	}
 }
+
+// TestSandboxFailedWalkKeepsTheUIDsOut: the uid of an ended attempt whose
+// walk of the shared directories fails stays out of the pool, so no
+// attempt gets it while what it left may still be there; the walk is
+// retried, and the uid comes back once one succeeds.
+func TestSandboxFailedWalkKeepsTheUIDsOut(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("a uid pool takes root")
+	}
+	first := poolBase + poolNext.Add(1)*8
+	state, jobs := sandboxDirs(t, mode{uids: IDRange{first, first}})
+	sb, err := newSandbox(&Config{Host: "h", StateDir: state, JobRoot: jobs, JobUIDs: IDRange{first, first}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A shared directory under a file cannot be looked at: every walk
+	// fails until the file is a directory.
+	blocker := filepath.Join(t.TempDir(), "blocker")
+	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sb.shared = []string{filepath.Join(blocker, "tmp")}
+	walked := make(chan error, 100)
+	sb.walked = func(err error) { walked <- err }
+	next := func() error {
+		t.Helper()
+		select {
+		case err := <-walked:
+			return err
+		case <-time.After(20 * time.Second):
+			t.Fatal("no walk within 20s")
+			return nil
+		}
+	}
+	j, err := sb.prepare(Attempt{Job: "a", N: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.release(j); err != nil {
+		t.Fatal(err)
+	}
+	if err := next(); err == nil {
+		t.Fatal("the walk under a file succeeded")
+	}
+	if j, err := sb.prepare(Attempt{Job: "b", N: 1}); err == nil {
+		t.Fatalf("an attempt got uid %d, whose walk failed", j.uid)
+	}
+	if err := os.Remove(blocker); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(blocker, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for next() != nil { // the retries meanwhile
+	}
+	j, err = sb.prepare(Attempt{Job: "c", N: 1})
+	if err != nil {
+		t.Fatalf("after a walk that succeeded: %v", err)
+	}
+	if j.uid != first {
+		t.Fatalf("attempt got uid %d, want %d", j.uid, first)
+	}
+	if err := sb.release(j); err != nil {
+		t.Fatal(err)
+	}
+	sb.settle()
+}

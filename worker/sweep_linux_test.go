@@ -71,14 +71,70 @@ func TestSweepRereadsAProcessThatChangedItsPoolUID(t *testing.T) {
 		return func(p *procInfo, _ map[int]procInfo) bool { return p.pid == pid && p.uids[1] == uid }
 	}
 	said("a")
-	if got, err := findSeen(pool)(runsAs(a)); err != nil || len(got) != 1 {
+	if got, err := findSeen(pool, 0)(runsAs(a)); err != nil || len(got) != 1 {
 		t.Fatalf("sweep for uid %d: %v, %v; want the helper %d", a, got, err, pid)
 	}
 	if _, err := stdin.Write([]byte("go\n")); err != nil {
 		t.Fatal(err)
 	}
 	said("b")
-	if got, err := findSeen(pool)(runsAs(b)); err != nil || len(got) != 1 {
+	if got, err := findSeen(pool, 0)(runsAs(b)); err != nil || len(got) != 1 {
 		t.Fatalf("sweep for uid %d after the helper became it: %v, %v; want the helper %d", b, got, err, pid)
+	}
+}
+
+// TestSweepRereadsADeniedEnvironmentWhenTheProcessChanged: a process
+// whose environment the worker was denied is kept as having no marker
+// only while it is the same process with the same uids: one that changed
+// its uids (a setuid program that gave up its privileges), or a later
+// process of the same pid (another /proc entry), is read again, and found
+// by its marker.
+func TestSweepRereadsADeniedEnvironmentWhenTheProcessChanged(t *testing.T) {
+	// Not parallel: it sets what the sweeps of this process remember.
+	const marker = "/jobs/denied.1"
+	cmd := exec.Command("sleep", "60")
+	cmd.Env = []string{markerVar + "=" + marker}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	marked := func(p *procInfo, _ map[int]procInfo) bool { return p.pid == pid && p.env() == marker }
+	find := findSeen(IDRange{}, 0)
+	if got, err := find(marked); err != nil || len(got) != 1 {
+		t.Fatalf("sweep for the marker: %v, %v; want the process %d", got, err, pid)
+	}
+	// deny makes what the sweeps remember of the process a denial made
+	// when it had uids, at the /proc entry ino moves it by.
+	deny := func(uids [3]uint32, ino uint64) {
+		seen.Lock()
+		defer seen.Unlock()
+		c := seen.procs[pid]
+		if c == nil {
+			t.Fatalf("the sweep kept nothing of process %d", pid)
+		}
+		c.ino += ino
+		c.info.uids, c.info.marker, c.info.markerRead, c.info.denied = uids, "", true, true
+	}
+	p, err := readStatus(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deny(p.uids, 0)
+	if got, err := find(marked); err != nil || len(got) != 0 {
+		t.Fatalf("sweep after a denial of the unchanged process: %v, %v; want the denial kept", got, err)
+	}
+	for _, c := range []struct {
+		what string
+		uids [3]uint32
+		ino  uint64
+	}{
+		{"other uids", [3]uint32{p.uids[0] + 1, p.uids[1] + 1, p.uids[2] + 1}, 0},
+		{"another /proc entry (an earlier process of its pid)", p.uids, 1},
+	} {
+		deny(c.uids, c.ino)
+		if got, err := find(marked); err != nil || len(got) != 1 {
+			t.Errorf("sweep after a denial of the process when it had %s: %v, %v; want the process %d found by its marker", c.what, got, err, pid)
+		}
 	}
 }

@@ -3,8 +3,10 @@
 package worker
 
 import (
+	"encoding/binary"
 	"os"
 	"syscall"
+	"unsafe"
 )
 
 // sysProcAttr starts a child in its own process group, so a stop reaches
@@ -40,3 +42,51 @@ func outputPipe() (r, w *os.File, err error) {
 	}
 	return os.NewFile(uintptr(p[0]), "|0"), os.NewFile(uintptr(p[1]), "|1"), nil
 }
+
+// waitsUnreaped says that wait leaves an exited leader unreaped (see
+// waitExit).
+const waitsUnreaped = true
+
+// waitExit waits for the process pid, a child, to exit, and returns its
+// exit code (128+signal when a signal killed it), leaving it a zombie
+// (waitid with WNOWAIT): until it is reaped, no other process can take its
+// pid or its process group's number. It reports false, having waited for
+// nothing, if the system refuses.
+func waitExit(pid int) (int, bool) {
+	// siginfo_t: si_signo, si_errno, si_code (int32 each), then, after
+	// padding to the union's alignment, si_pid, si_uid and si_status.
+	var info [128]byte
+	for {
+		_, _, e := syscall.Syscall6(syscall.SYS_WAITID, pWaitPID, uintptr(pid), uintptr(unsafe.Pointer(&info[0])),
+			syscall.WEXITED|wNoWait, 0, 0)
+		if e == syscall.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0, false
+		}
+		break
+	}
+	union := 3 * 4
+	if unsafe.Sizeof(uintptr(0)) == 8 {
+		union = 16
+	}
+	code := int32(binary.NativeEndian.Uint32(info[8:]))
+	status := int(int32(binary.NativeEndian.Uint32(info[union+8:])))
+	switch code {
+	case cldExited:
+		return status, true
+	case cldKilled, cldDumped:
+		return 128 + status, true
+	}
+	return 0, false
+}
+
+// From <sys/wait.h> and <signal.h>.
+const (
+	pWaitPID  = 1          // P_PID
+	wNoWait   = 0x01000000 // WNOWAIT
+	cldExited = 1          // CLD_EXITED
+	cldKilled = 2          // CLD_KILLED
+	cldDumped = 3          // CLD_DUMPED
+)

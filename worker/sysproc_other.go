@@ -19,3 +19,10 @@ func datasync(f *os.File) error { return f.Sync() }
 
 // outputPipe makes one of an attempt's output pipes.
 func outputPipe() (r, w *os.File, err error) { return os.Pipe() }
+
+// waitsUnreaped says that wait reaps the leader when it exits: waitExit
+// is Linux's.
+const waitsUnreaped = false
+
+// waitExit waits for nothing outside Linux: wait reaps the leader.
+func waitExit(int) (int, bool) { return 0, false }

@@ -245,8 +245,14 @@ func New(cfg Config) (*Worker, error) {
 	state.warn = func(err error) {
 		log.Warn("the record of started attempts keeps its expired lines", slog.Any("err", err))
 	}
-	jobs.report = func(err error) {
-		log.Warn("remove what ended attempts' users left in the shared directories", slog.Any("err", err))
+	walks := newOutage(log, "cannot remove what ended attempts' users left in the shared directories; their job uids stay out of the pool, retrying",
+		"removed what ended attempts' users left in the shared directories; their job uids are back in the pool")
+	jobs.walked = func(err error) {
+		if err != nil {
+			walks.fail(err)
+		} else {
+			walks.ok()
+		}
 	}
 	return &Worker{cfg: cfg, log: log,
 		claims: NewClaims(cfg.GPU, cfg.MaxUsedMiB), state: state, jobs: jobs, abort: make(chan struct{}),
@@ -615,7 +621,7 @@ func (w *Worker) dispatch(run, ctx context.Context, o ledger.DispatchOrder) bool
 		w.mu.Unlock()
 		return false
 	}
-	log.Info("starting", slog.Any("gpu_uuid", devs))
+	log.Debug("starting", slog.Any("gpu_uuid", devs))
 	w.metrics().AttemptStarted()
 	w.wg.Add(1)
 	go w.run(ctx, r)
@@ -711,7 +717,9 @@ func (w *Worker) run(ctx context.Context, r *attempt) {
 			proc.stop(pending, infra)
 		}
 		o = proc.wait(r.spec.Walltime)
-		if err := untilGone(ctx, w.leftovers, proc.sweep); err != nil {
+		err := untilGone(ctx, w.leftovers, proc.sweep)
+		proc.reap()
+		if err != nil {
 			// The worker is ending; its next life kills them (see
 			// reclaim) before it offers the GPUs.
 			log.Error("stopping with processes of the attempt left; its GPUs are not freed and it is not reported", slog.Any("err", err))
