@@ -47,8 +47,9 @@ type Store struct {
 	// New sets it to subjects.Default; set it before Load for another
 	// prefix.
 	Names subjects.Names
-	revs  map[string]uint64
-	seqs  map[string]uint64
+	// keys holds, by ledger key, the revision this store last read or
+	// wrote and the log sequence its value carries (0 where none is known).
+	keys map[string]stored
 	// cp is the checkpoint as last loaded or written, and refused the
 	// refusals above it.
 	cp      uint64
@@ -57,7 +58,14 @@ type Store struct {
 
 // New returns a store over kv, the ledger bucket, published to through js.
 func New(js jetstream.JetStream, kv jetstream.KeyValue) *Store {
-	return &Store{js: js, kv: kv, Names: subjects.Default, revs: map[string]uint64{}, seqs: map[string]uint64{}}
+	return &Store{js: js, kv: kv, Names: subjects.Default, keys: map[string]stored{}}
+}
+
+// stored is what a Store knows of a key's stored value: its revision and the
+// log sequence it carries. One map of both, not a map of each: a takeover
+// holds one entry per job.
+type stored struct {
+	rev, seq uint64
 }
 
 type checkpoint struct {
@@ -111,7 +119,7 @@ const loadIdleTimeout = 10 * time.Second
 
 // load is one try of Load. retry says a concurrent writer may explain err.
 func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ error) {
-	s.revs, s.seqs = map[string]uint64{}, map[string]uint64{}
+	s.keys = map[string]stored{}
 	w, err := s.kv.WatchAll(ctx)
 	if err != nil {
 		return nil, false, fmt.Errorf("watch %s: %w", s.kv.Bucket(), err)
@@ -161,14 +169,14 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 				// once rather than grow them a million times.
 				sized = true
 				n := int(min(e.Delta(), maxPresize)) + 1
-				s.revs, s.seqs, latest = make(map[string]uint64, n), make(map[string]uint64, n), make(map[string]*loaded, n)
+				s.keys, latest = make(map[string]stored, n), make(map[string]*loaded, n)
 			}
 			seen = max(seen, e.Revision())
 			// The key is a part of the message's subject: a copy of its
 			// own, kept by the store's maps for the term, lets the
 			// subject go.
 			key := strings.Clone(e.Key())
-			s.revs[key] = e.Revision()
+			s.keys[key] = stored{rev: e.Revision()} // its sequence once decoded
 			if e.Operation() == jetstream.KeyValuePut {
 				l := &loaded{e: e}
 				latest[key] = l
@@ -183,7 +191,7 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 			}
 			idle.Reset(loadIdleTimeout)
 		case <-idle.C:
-			return nil, false, fmt.Errorf("watch %s: no value for %v after %d (last seen %d of %d)", s.kv.Bucket(), loadIdleTimeout, len(s.revs), seen, last)
+			return nil, false, fmt.Errorf("watch %s: no value for %v after %d (last seen %d of %d)", s.kv.Bucket(), loadIdleTimeout, len(s.keys), seen, last)
 		case <-ctx.Done():
 			return nil, false, ctx.Err()
 		}
@@ -220,6 +228,7 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 		}
 		return limit, nil
 	}
+	accounts := map[string]string{}
 	for key, l := range latest {
 		e := l.e
 		var kind, id string
@@ -228,7 +237,16 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 			if l.err != nil {
 				return nil, false, foreign(e, l.err)
 			}
-			kind, id, seq = "job", l.job.ID, l.job.Seq
+			kind, id, seq = "job", l.id, l.job.Seq
+			// The job's id and account are the key's (a part of it) and
+			// one string per account, not copies of their own: what a
+			// pending job costs is most of what a takeover holds.
+			l.job.ID = l.id
+			if a, ok := accounts[l.job.Account]; ok {
+				l.job.Account = a
+			} else {
+				accounts[l.job.Account] = l.job.Account
+			}
 			view.State.Jobs[id] = l.job
 		} else {
 			kind, id, err = subjects.ParseKey(key)
@@ -241,7 +259,7 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 				return nil, false, foreign(e, err)
 			}
 		}
-		s.seqs[key] = seq
+		s.setSeq(key, seq)
 		view.Ahead = max(view.Ahead, seq)
 		if seq > view.Checkpoint {
 			if err := s.rewind(ctx, view.State, kind, id, key, view.Checkpoint, history); err != nil {
@@ -258,6 +276,13 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 		return nil, view.Ahead > view.Checkpoint, fmt.Errorf("the stored ledger breaks its invariants: %w", err)
 	}
 	return view, false, nil
+}
+
+// setSeq records the log sequence key's stored value carries.
+func (s *Store) setSeq(key string, seq uint64) {
+	k := s.keys[key]
+	k.seq = seq
+	s.keys[key] = k
 }
 
 // maxPresize bounds the capacity a load gives its maps from the count the
@@ -361,7 +386,7 @@ func (s *Store) unarchive(ctx context.Context, view *scheduler.View, key string,
 	if json.Unmarshal(e.Value(), &m) != nil || m.V < 1 || m.Archived == 0 {
 		return nil // removed by someone else: absent, as before archives
 	}
-	s.seqs[key] = m.Archived
+	s.setSeq(key, m.Archived)
 	view.Ahead = max(view.Ahead, m.Archived)
 	if m.Archived <= view.Checkpoint {
 		return nil
@@ -634,11 +659,10 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 	await := func(w pending) error {
 		select {
 		case ack := <-w.fut.Ok():
-			s.revs[w.rec.Key] = ack.Sequence
-			s.seqs[w.rec.Key] = w.rec.Seq
+			s.keys[w.rec.Key] = stored{rev: ack.Sequence, seq: w.rec.Seq}
 			timeout.Reset(writeTimeout)
 		case err := <-w.fut.Err():
-			errs = append(errs, fmt.Errorf("write %s at revision %d: %w", w.rec.Key, s.revs[w.rec.Key], tooLarge(w.rec, mapConflict(err))))
+			errs = append(errs, fmt.Errorf("write %s at revision %d: %w", w.rec.Key, s.keys[w.rec.Key].rev, tooLarge(w.rec, mapConflict(err))))
 		case <-timeout.C:
 			// The term ends; the next one reloads what was stored.
 			return fmt.Errorf("write %s: no acknowledgement within %v", w.rec.Key, writeTimeout)
@@ -654,7 +678,7 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 	var waits []pending
 	next := 0
 	for _, r := range recs {
-		if s.seqs[r.Key] >= r.Seq && s.seqs[r.Key] > 0 {
+		if k := s.keys[r.Key]; k.seq >= r.Seq && k.seq > 0 {
 			continue
 		}
 		for len(waits)-next >= writeWindow {
@@ -665,7 +689,7 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 		}
 		m := nats.NewMsg(subjects.KVSubject(s.kv.Bucket(), r.Key))
 		m.Data = r.Value
-		opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(s.revs[r.Key])}
+		opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(s.keys[r.Key].rev)}
 		if r.Delete {
 			// A purge, which drops the key's history too, leaving a
 			// marker that names the archive and expires.
@@ -753,11 +777,11 @@ func (s *Store) writeCheckpoint(ctx context.Context, seq uint64) error {
 	// the term, not hold it up to the caller's deadline.
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
-	rev, err := s.kv.Update(ctx, subjects.CheckpointKey, data, s.revs[subjects.CheckpointKey])
+	rev, err := s.kv.Update(ctx, subjects.CheckpointKey, data, s.keys[subjects.CheckpointKey].rev)
 	if err != nil {
 		return fmt.Errorf("write %s %d: %w", subjects.CheckpointKey, seq, mapConflict(err))
 	}
-	s.revs[subjects.CheckpointKey], s.cp = rev, seq
+	s.keys[subjects.CheckpointKey], s.cp = stored{rev: rev, seq: s.keys[subjects.CheckpointKey].seq}, seq
 	return nil
 }
 
