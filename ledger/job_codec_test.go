@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 	"time"
+	"unsafe"
 
 	"pgregory.net/rapid"
 )
@@ -270,5 +271,22 @@ func TestJobCodecReadsTheFoldsRecords(t *testing.T) {
 		if got := r.Job(); !reflect.DeepEqual(got, j) {
 			t.Errorf("decoded %s as %+v, want %+v", data, got, j)
 		}
+	}
+}
+
+// What every pending job holds stays small: the options and the outcome,
+// nil for a job submitted without options that has not run, are pointers.
+// (The flat struct was 576 bytes; a million pending jobs are a takeover's
+// load.)
+func TestJobWithoutOptionsOrOutcomeIsSmall(t *testing.T) {
+	if n := unsafe.Sizeof(Job{}); n > 240 {
+		t.Errorf("a job is %d bytes, want at most 240", n)
+	}
+	st := New()
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	st.Apply(Admin{Account: "a", ID: "create", Op: OpCreate, Balance: 100}, 1, at)
+	st.Apply(Submit{Account: "a", ID: "j", GPUs: 1, Cost: 1, Command: []string{"true"}, Walltime: time.Hour, MaxAttempts: 3}, 2, at)
+	if j := st.Jobs["j"]; j == nil || j.State != StatePending || j.JobOptions != nil || j.JobOutcome != nil {
+		t.Errorf("a plain pending job = %+v, want one without options or outcome", j)
 	}
 }
