@@ -169,14 +169,13 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 				// once rather than grow them a million times.
 				sized = true
 				n := int(min(e.Delta(), maxPresize)) + 1
-				s.keys, latest = make(map[string]stored, n), make(map[string]*loaded, n)
+				latest = make(map[string]*loaded, n)
 			}
 			seen = max(seen, e.Revision())
 			// The key is a part of the message's subject: a copy of its
 			// own, kept by the store's maps for the term, lets the
 			// subject go.
 			key := strings.Clone(e.Key())
-			s.keys[key] = stored{rev: e.Revision()} // its sequence once decoded
 			if e.Operation() == jetstream.KeyValuePut {
 				l := &loaded{e: e}
 				latest[key] = l
@@ -191,7 +190,7 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 			}
 			idle.Reset(loadIdleTimeout)
 		case <-idle.C:
-			return nil, false, fmt.Errorf("watch %s: no value for %v after %d (last seen %d of %d)", s.kv.Bucket(), loadIdleTimeout, len(s.keys), seen, last)
+			return nil, false, fmt.Errorf("watch %s: no value for %v after %d (last seen %d of %d)", s.kv.Bucket(), loadIdleTimeout, len(latest)+len(removed), seen, last)
 		case <-ctx.Done():
 			return nil, false, ctx.Err()
 		}
@@ -228,6 +227,9 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 		}
 		return limit, nil
 	}
+	// The revisions are recorded once the watch is done, with the
+	// sequences: one map write per key.
+	s.keys = make(map[string]stored, len(latest)+len(removed))
 	accounts := map[string]string{}
 	for key, l := range latest {
 		e := l.e
@@ -253,13 +255,14 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 			if key == subjects.PricingKey {
 				kind = "pricing"
 			} else if err != nil || kind == "sched" {
+				s.keys[key] = stored{rev: e.Revision()}
 				continue
 			}
 			if seq, err = s.add(view.State, kind, id, e.Value()); err != nil {
 				return nil, false, foreign(e, err)
 			}
 		}
-		s.setSeq(key, seq)
+		s.keys[key] = stored{rev: e.Revision(), seq: seq}
 		view.Ahead = max(view.Ahead, seq)
 		if seq > view.Checkpoint {
 			if err := s.rewind(ctx, view.State, kind, id, key, view.Checkpoint, history); err != nil {
@@ -268,6 +271,7 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 		}
 	}
 	for key, e := range removed {
+		s.keys[key] = stored{rev: e.Revision()}
 		if err := s.unarchive(ctx, view, key, e); err != nil {
 			return nil, false, err
 		}
