@@ -281,11 +281,13 @@ func (d *jobDecoder) strs(v *[]string) bool {
 	if !d.next('[') {
 		return false
 	}
-	out := []string{}
 	if d.next(']') {
-		*v = out
+		*v = []string{} // as encoding/json: empty, not nil
 		return true
 	}
+	// Gathered on the stack, then copied once into a slice of the size.
+	var buf [8]string
+	out := buf[:0]
 	for {
 		var s string
 		if !d.str(&s) {
@@ -293,7 +295,8 @@ func (d *jobDecoder) strs(v *[]string) bool {
 		}
 		out = append(out, s)
 		if d.next(']') {
-			*v = out
+			*v = make([]string, len(out))
+			copy(*v, out)
 			return true
 		}
 		if !d.next(',') {

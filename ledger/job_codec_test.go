@@ -290,3 +290,26 @@ func TestJobWithoutOptionsOrOutcomeIsSmall(t *testing.T) {
 		t.Errorf("a plain pending job = %+v, want one without options or outcome", j)
 	}
 }
+
+// Decoding a pending job's record allocates the job, its strings and its
+// command, and nothing for the options and outcome it does not have: a
+// takeover decodes a million of them, and garbage is what its collector
+// spends its time on.
+func TestJobCodecDecodesAPendingJobWithFewAllocations(t *testing.T) {
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	j := &Job{ID: "pend-0000001", Account: "vision", GPUs: 1, Cost: 5, Reserved: 5, Command: []string{"python", "train.py"},
+		Walltime: time.Hour, MaxAttempts: 3, State: StatePending, SubmitSeq: 1, SubmittedAt: at, Seq: 1}
+	data, err := MarshalJob(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The job, its id, its account, the command's slice and two strings.
+	const want = 6
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := UnmarshalJob(data); err != nil {
+			t.Fatal(err)
+		}
+	}); n > want {
+		t.Errorf("decoding %s allocates %v times, want at most %d", data, n, want)
+	}
+}

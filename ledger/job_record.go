@@ -91,13 +91,15 @@ func (r *JobRecord) to(j *Job) {
 		ArrayIndex: r.ArrayIndex, After: r.After, AfterAny: r.AfterAny, WaitingOn: r.WaitingOn,
 		SubmittedPriority: r.SubmittedPriority}
 	if !o.zero() {
-		j.JobOptions = &o
+		j.JobOptions = new(JobOptions) // not &o, which would put every o on the heap
+		*j.JobOptions = o
 	}
 	out := JobOutcome{Host: r.Host, Devices: r.Devices, Model: r.Model, ExitCode: r.ExitCode,
 		RuntimeMS: r.RuntimeMS, Reason: r.Reason, Message: r.Message, Attempts: r.Attempts,
 		DispatchedAt: r.DispatchedAt, StartedAt: r.StartedAt, EndedAt: r.EndedAt}
 	if !out.zero() {
-		j.JobOutcome = &out
+		j.JobOutcome = new(JobOutcome)
+		*j.JobOutcome = out
 	}
 }
 

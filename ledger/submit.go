@@ -187,7 +187,8 @@ func newJob(c Submit, submitSeq uint64, t *tx) *Job {
 		AfterAny:   slices.Clone(c.AfterAny),
 	}
 	if !o.zero() {
-		j.JobOptions = &o
+		j.JobOptions = new(JobOptions) // not &o, which would put every o on the heap
+		*j.JobOptions = o
 	}
 	return j
 }
