@@ -32,8 +32,14 @@ func appendJob(b []byte, j *Job) ([]byte, error) {
 
 // decodeJob decodes data, a job's JSON encoding, into j.
 func decodeJob(data []byte, j *Job) error {
+	return decodeJobSharing(data, j, nil)
+}
+
+// decodeJobSharing is decodeJob taking the job's id and account from sh
+// where they are the same.
+func decodeJobSharing(data []byte, j *Job, sh *JobDecoder) error {
 	var r JobRecord
-	if (&jobDecoder{data: data}).record(&r) {
+	if (&jobDecoder{data: data, sh: sh}).record(&r) {
 		r.to(j)
 		return nil
 	}
@@ -219,6 +225,42 @@ func appendString(b []byte, s string) []byte {
 type jobDecoder struct {
 	data []byte
 	pos  int
+	sh   *JobDecoder // nil for no sharing
+}
+
+// JobDecoder decodes job records as [UnmarshalJob] does, with fewer
+// strings: a record's id is the one the caller expects, if it is the same,
+// and every job of an account shares one string for it. A takeover decodes
+// a million records. A JobDecoder is not safe for concurrent use.
+type JobDecoder struct {
+	id       string // of the record being decoded
+	accounts map[string]string
+}
+
+// account returns the shared string of account s.
+func (d *JobDecoder) account(s []byte) string {
+	if a, ok := d.accounts[string(s)]; ok {
+		return a
+	}
+	a := string(s)
+	if d.accounts == nil {
+		d.accounts = map[string]string{}
+	}
+	if len(d.accounts) < maxSharedAccounts {
+		d.accounts[a] = a
+	}
+	return a
+}
+
+// maxSharedAccounts bounds the accounts a JobDecoder remembers.
+const maxSharedAccounts = 1 << 16
+
+// Unmarshal decodes data as [UnmarshalJob] does. If the record's id is id,
+// the job's ID is id itself, not a copy.
+func (d *JobDecoder) Unmarshal(data []byte, id string) (*Job, error) {
+	d.id = id
+	defer func() { d.id = "" }()
+	return unmarshalJob(data, d)
 }
 
 func (d *jobDecoder) ws() {
@@ -476,9 +518,21 @@ func (d *jobDecoder) field(key string, r *JobRecord) (uint64, bool) {
 	var i64 int64
 	switch key {
 	case "id":
-		return 1 << 0, d.str(&r.ID)
+		if d.sh == nil {
+			return 1 << 0, d.str(&r.ID)
+		}
+		s, ok := d.rawString()
+		if r.ID = d.sh.id; string(s) != d.sh.id {
+			r.ID = string(s)
+		}
+		return 1 << 0, ok
 	case "account":
-		return 1 << 1, d.str(&r.Account)
+		if d.sh == nil {
+			return 1 << 1, d.str(&r.Account)
+		}
+		s, ok := d.rawString()
+		r.Account = d.sh.account(s)
+		return 1 << 1, ok
 	case "priority":
 		return 1 << 2, d.intField(&r.Priority)
 	case "gpus":

@@ -313,3 +313,45 @@ func TestJobCodecDecodesAPendingJobWithFewAllocations(t *testing.T) {
 		t.Errorf("decoding %s allocates %v times, want at most %d", data, n, want)
 	}
 }
+
+// A JobDecoder's jobs hold the id their caller gave and one string per
+// account, and decoding allocates only the job and its command.
+func TestJobDecoderSharesIDsAndAccounts(t *testing.T) {
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	var d JobDecoder
+	var jobs []*Job
+	for _, id := range []string{"j1", "j2"} {
+		data, err := MarshalJob(&Job{ID: id, Account: "vision", GPUs: 1, Cost: 5, Reserved: 5, Command: []string{"python", "train.py"},
+			Walltime: time.Hour, MaxAttempts: 3, State: StatePending, SubmitSeq: 1, SubmittedAt: at, Seq: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "job." + id
+		j, err := d.Unmarshal(data, want[len("job."):])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.ID != id || unsafe.StringData(j.ID) != unsafe.StringData(want[len("job."):]) {
+			t.Errorf("job %s holds a copy of its id", id)
+		}
+		jobs = append(jobs, j)
+		if n := testing.AllocsPerRun(100, func() {
+			if _, err := d.Unmarshal(data, want[len("job."):]); err != nil {
+				t.Fatal(err)
+			}
+		}); n > 4 {
+			t.Errorf("decoding %s allocates %v times, want at most 4 (the job, the command's slice and strings)", data, n)
+		}
+	}
+	if unsafe.StringData(jobs[0].Account) != unsafe.StringData(jobs[1].Account) {
+		t.Errorf("the jobs of one account hold two strings for it")
+	}
+	// Another id than the record's is not taken for it.
+	data, err := MarshalJob(jobs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, err := d.Unmarshal(data, "other"); err != nil || j.ID != "j1" {
+		t.Errorf("decoded %+v, %v; want job j1", j, err)
+	}
+}

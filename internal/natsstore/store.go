@@ -240,10 +240,10 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 				return nil, false, foreign(e, l.err)
 			}
 			kind, id, seq = "job", l.id, l.job.Seq
-			// The job's id and account are the key's (a part of it) and
-			// one string per account, not copies of their own: what a
+			// The job's id and account are the key's (a part of it, as
+			// the decoder left it) and one string per account (each
+			// decoder has its own), not copies of their own: what a
 			// pending job costs is most of what a takeover holds.
-			l.job.ID = l.id
 			if a, ok := accounts[l.job.Account]; ok {
 				l.job.Account = a
 			} else {
@@ -317,8 +317,9 @@ func startDecoders() *decoders {
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
+			var jd ledger.JobDecoder // each decoder its own: not safe for concurrent use
 			for l := range d.work {
-				l.decodeJob()
+				l.decodeJob(&jd)
 			}
 		}()
 	}
@@ -335,10 +336,10 @@ func (d *decoders) wait() {
 }
 
 // decodeJob decodes l's value, the record at a job key, refusing one that
-// names another job.
-func (l *loaded) decodeJob() {
+// names another job. The job's id is the key's, its account jd's string.
+func (l *loaded) decodeJob(jd *ledger.JobDecoder) {
 	l.decoded = true
-	j, err := ledger.UnmarshalJob(l.e.Value())
+	j, err := jd.Unmarshal(l.e.Value(), l.id)
 	switch {
 	case err != nil:
 		l.err = err
