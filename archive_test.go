@@ -68,7 +68,7 @@ func TestFinishedJobsAreArchived(t *testing.T) {
 	if err != nil {
 		t.Fatalf("history of j1: %v", err)
 	}
-	if h.Job.State != ledger.StateSucceeded || h.Job.Charged != 10 || h.ArchivedAt.Before(h.Job.EndedAt.Add(testRetention)) {
+	if h.Job.State != ledger.StateSucceeded || h.Job.Charged != 10 || h.ArchivedAt.Before(h.Job.EndedAt().Add(testRetention)) {
 		t.Errorf("history of j1: %+v archived %v", h.Job, h.ArchivedAt)
 	}
 	j, archived, err := c.c.Lookup(c.ctx(), "", "j1")

@@ -390,7 +390,7 @@ func (k *campaign) check(balance ledger.Credits, accounts []string) {
 			k.t.Fatalf("job %s: %v", j.id, err)
 		}
 		outcomes[rec.State]++
-		retried += max(len(rec.Attempts)-1, 0)
+		retried += max(len(rec.Attempts())-1, 0)
 		if rec.State == ledger.StateSucceeded {
 			owed[j.account] += j.cost
 		}
@@ -404,14 +404,14 @@ func (k *campaign) check(balance ledger.Credits, accounts []string) {
 			}
 			seen[r.attempt] = true
 			var att *ledger.Attempt
-			for i := range rec.Attempts {
-				if rec.Attempts[i].N == r.attempt {
-					att = &rec.Attempts[i]
+			for i := range rec.Attempts() {
+				if rec.Attempts()[i].N == r.attempt {
+					att = &rec.Attempts()[i]
 				}
 			}
 			switch {
 			case att == nil:
-				k.t.Errorf("job %s: attempt %d ran but the job has no such attempt: %+v", j.id, r.attempt, rec.Attempts)
+				k.t.Errorf("job %s: attempt %d ran but the job has no such attempt: %+v", j.id, r.attempt, rec.Attempts())
 			case r.at.After(att.EndedAt):
 				staleRuns++
 				k.t.Errorf("job %s: attempt %d started at %v, after it ended at %v (%s)", j.id, r.attempt,

@@ -169,7 +169,7 @@ func describe(j *ledger.Job) string {
 	if j == nil {
 		return "not in the ledger"
 	}
-	return fmt.Sprintf("%s, attempt %d on %q", j.State, j.Attempt, j.Host)
+	return fmt.Sprintf("%s, attempt %d on %q", j.State, j.Attempt, j.Host())
 }
 
 // wantSucceeded fails the test unless every job succeeded, on its first

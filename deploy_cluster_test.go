@@ -182,8 +182,8 @@ func TestDeployClusterConfig(t *testing.T) {
 			j, err := vision.Job(jctx, id)
 			cancel()
 			if err == nil && j.State.Terminal() {
-				if j.State != ledger.StateSucceeded || j.Host != roleHost1 {
-					t.Fatalf("job %s ended %s on %q, want succeeded on %s", id, j.State, j.Host, roleHost1)
+				if j.State != ledger.StateSucceeded || j.Host() != roleHost1 {
+					t.Fatalf("job %s ended %s on %q, want succeeded on %s", id, j.State, j.Host(), roleHost1)
 				}
 				return
 			}

@@ -27,7 +27,7 @@ func TestDeployConfigRoles(t *testing.T) {
 	// A submitter runs a job and reads it, its account and its output.
 	vision := d.client(roleVision)
 	id := d.submit(vision, roleVision, "sh", "-c", "echo ok")
-	if j, err := vision.Job(ctx, id); err != nil || j.State != ledger.StateSucceeded || j.Host != roleHost1 {
+	if j, err := vision.Job(ctx, id); err != nil || j.State != ledger.StateSucceeded || j.Host() != roleHost1 {
 		t.Errorf("submitter reads its job: %+v, %v", j, err)
 	}
 	if a, err := vision.Account(ctx, roleVision); err != nil || a.Balance != 990 {

@@ -107,12 +107,12 @@ func TestExplainIsWhatTheSchedulerComputed(t *testing.T) {
 	}
 	hosts, now := []wire.Heartbeat{h}, time.Now()
 	fj := view.State.Jobs["flaky"]
-	at := fj.Attempts[len(fj.Attempts)-1].EndedAt.Add(policy.Retry.Delay("flaky", fj.Failures))
+	at := fj.Attempts()[len(fj.Attempts())-1].EndedAt.Add(policy.Retry.Delay("flaky", fj.Failures))
 	if want := "until " + at.UTC().Format(time.RFC3339) + " after"; !strings.Contains(fex.Blockers[0].Message, want) {
 		t.Errorf("flaky's backoff says %q, want it to say %q (its retry delay under the scheduler's policy)", fex.Blockers[0].Message, want)
 	}
 	def := scheduler.RetryPolicy{}.Delay("flaky", fj.Failures)
-	if strings.Contains(fex.Blockers[0].Message, fj.Attempts[len(fj.Attempts)-1].EndedAt.Add(def).UTC().Format(time.RFC3339)) {
+	if strings.Contains(fex.Blockers[0].Message, fj.Attempts()[len(fj.Attempts())-1].EndedAt.Add(def).UTC().Format(time.RFC3339)) {
 		t.Errorf("flaky's backoff %q is the default policy's", fex.Blockers[0].Message)
 	}
 	for _, job := range []string{"flaky", "wide"} {

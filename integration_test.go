@@ -67,7 +67,7 @@ func TestSubmitRunSettle(t *testing.T) {
 		t.Errorf("stored account = balance %d reserved %d", a.Balance, a.Reserved)
 	}
 	j, err := c.c.Job(c.ctx(), "train-42")
-	if err != nil || j.State != ledger.StateSucceeded || len(j.Devices) != 2 {
+	if err != nil || j.State != ledger.StateSucceeded || len(j.Devices()) != 2 {
 		t.Errorf("client.Job = %+v, %v", j, err)
 	}
 	c.audit()

@@ -156,7 +156,7 @@ func (c *Client) ArrayTasks(ctx context.Context, account, id string) ([]Listed, 
 		return nil, err
 	}
 	tasks := page.Jobs
-	slices.SortFunc(tasks, func(a, b Listed) int { return a.ArrayIndex - b.ArrayIndex })
+	slices.SortFunc(tasks, func(a, b Listed) int { return a.ArrayIndex() - b.ArrayIndex() })
 	return tasks, nil
 }
 
@@ -178,7 +178,7 @@ func (c *Client) CancelArray(ctx context.Context, account, id string) ([]ArrayTa
 		if t.State.Terminal() {
 			continue
 		}
-		r := ArrayTask{Index: t.ArrayIndex, ID: t.ID}
+		r := ArrayTask{Index: t.ArrayIndex(), ID: t.ID}
 		if r.Err = ctx.Err(); r.Err == nil {
 			r.Event, r.Err = c.Cancel(ctx, t.Account, t.ID)
 		}

@@ -77,7 +77,7 @@ func (c *Client) Explain(ctx context.Context, account, job string) (Explanation,
 	if j.Account != account {
 		return Explanation{}, fmt.Errorf("job %s is of account %s, not %s", job, j.Account, account)
 	}
-	ex := Explanation{Job: j.ID, Account: j.Account, State: j.State, Reason: j.Reason, Message: j.Message,
+	ex := Explanation{Job: j.ID, Account: j.Account, State: j.State, Reason: j.Reason(), Message: j.Message(),
 		Status: NotWaiting, Blockers: []wire.Blocker{}}
 	if j.State != ledger.StatePending && j.State != ledger.StateHeld {
 		return ex, nil

@@ -102,7 +102,7 @@ func (c *Client) Histories(ctx context.Context, account string, since time.Time,
 		if err != nil {
 			return false, err
 		}
-		if !h.Job.EndedAt.Before(since) {
+		if !h.Job.EndedAt().Before(since) {
 			if err := fn(h); err != nil {
 				return false, err
 			}

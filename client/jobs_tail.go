@@ -209,7 +209,7 @@ func (c *Client) tailRows(ctx context.Context, f JobFilter, after *cursor, cands
 	})
 	want := func(j *ledger.Job) bool {
 		return (f.Account == "" || j.Account == f.Account) && (f.State == "" || j.State == f.State) &&
-			(f.ArrayID == "" || j.ArrayID == f.ArrayID) && (after == nil || compareNewest(cursorOf(j), *after) > 0)
+			(f.ArrayID == "" || j.ArrayID() == f.ArrayID) && (after == nil || compareNewest(cursorOf(j), *after) > 0)
 	}
 	for i := 0; i < len(order); {
 		// The records of the next candidates, tailFetchers at a time.

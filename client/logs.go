@@ -24,13 +24,13 @@ var ErrBadChunk = errors.New("gpuq: not a log chunk")
 // AttemptHost returns the host attempt n of j ran on, or "" when the record
 // names none.
 func AttemptHost(j *ledger.Job, n int) string {
-	for _, a := range j.Attempts {
+	for _, a := range j.Attempts() {
 		if a.N == n {
 			return a.Host
 		}
 	}
 	if n == j.Attempt {
-		return j.Host
+		return j.Host()
 	}
 	return ""
 }

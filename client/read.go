@@ -257,16 +257,16 @@ func (c *Client) Jobs(ctx context.Context, f JobFilter) (JobPage, error) {
 		if f.Account != "" && j.Account != f.Account || f.State != "" && j.State != f.State {
 			return false
 		}
-		if f.ArrayID != "" && j.ArrayID != f.ArrayID {
+		if f.ArrayID != "" && j.ArrayID() != f.ArrayID {
 			return false
 		}
 		if !byEnd {
 			return true
 		}
-		if j.EndedAt.IsZero() {
+		if j.EndedAt().IsZero() {
 			return f.Until.IsZero()
 		}
-		return !j.EndedAt.Before(f.Since) && (f.Until.IsZero() || j.EndedAt.Before(f.Until))
+		return !j.EndedAt().Before(f.Since) && (f.Until.IsZero() || j.EndedAt().Before(f.Until))
 	}
 	var rows []Listed
 	inView := map[string]*ledger.Job{}

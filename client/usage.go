@@ -167,7 +167,7 @@ func period(by string, t time.Time) (key string, start, end time.Time) {
 // started: the GPU time a usage report counts for j.
 func GPUTime(j *ledger.Job) time.Duration {
 	var d time.Duration
-	for _, a := range j.Attempts {
+	for _, a := range j.Attempts() {
 		if !a.StartedAt.IsZero() && a.EndedAt.After(a.StartedAt) {
 			d += time.Duration(a.GPUs) * a.EndedAt.Sub(a.StartedAt)
 		}
@@ -233,7 +233,7 @@ func buildUsage(q UsageQuery, checkpoint uint64, entries []ledger.Entry, jobs []
 		}
 		model := ""
 		if j := jobOf(e); j != nil {
-			model = j.Model
+			model = j.Model()
 		}
 		for _, t := range []*UsageTotals{group(e.Account, e.Time, e.Job, model), &rep.Total} {
 			switch e.Kind {
@@ -251,10 +251,10 @@ func buildUsage(q UsageQuery, checkpoint uint64, entries []ledger.Entry, jobs []
 		}
 	}
 	for _, j := range jobs {
-		if q.Account != "" && j.Account != q.Account || !j.State.Terminal() || !q.inRange(j.EndedAt) {
+		if q.Account != "" && j.Account != q.Account || !j.State.Terminal() || !q.inRange(j.EndedAt()) {
 			continue
 		}
-		for _, t := range []*UsageTotals{group(j.Account, j.EndedAt, j.ID, j.Model), &rep.Total} {
+		for _, t := range []*UsageTotals{group(j.Account, j.EndedAt(), j.ID, j.Model()), &rep.Total} {
 			t.Jobs.Total++
 			switch j.State {
 			case ledger.StateSucceeded:

@@ -38,15 +38,13 @@ func TestUsageGroups(t *testing.T) {
 	}
 
 	// A job id used twice: each entry goes to the model of its own job.
-	first := &ledger.Job{ID: "j", Account: "a", State: ledger.StateSucceeded, GPUs: 2, Model: "A100", SubmitSeq: 1,
-		EndedAt: at("2026-11-01T10:00:00Z"), Attempts: []ledger.Attempt{
-			{GPUs: 2, EndedAt: at("2026-11-01T08:00:00Z")}, // never started: no GPU time
-			{GPUs: 2, StartedAt: at("2026-11-01T09:00:00Z"), EndedAt: at("2026-11-01T10:00:00Z")},
-		}}
-	again := &ledger.Job{ID: "j", Account: "a", State: ledger.StateFailed, GPUs: 1, Model: "H200", SubmitSeq: 10,
-		EndedAt: at("2026-11-02T00:30:00Z"), Attempts: []ledger.Attempt{
-			{GPUs: 1, StartedAt: at("2026-11-02T00:00:00Z"), EndedAt: at("2026-11-02T00:30:00Z")},
-		}}
+	first := &ledger.Job{ID: "j", Account: "a", State: ledger.StateSucceeded, GPUs: 2, SubmitSeq: 1, JobOutcome: &ledger.JobOutcome{Model: "A100", EndedAt: at("2026-11-01T10:00:00Z"), Attempts: []ledger.Attempt{
+		{GPUs: 2, EndedAt: at("2026-11-01T08:00:00Z")}, // never started: no GPU time
+		{GPUs: 2, StartedAt: at("2026-11-01T09:00:00Z"), EndedAt: at("2026-11-01T10:00:00Z")},
+	}}}
+	again := &ledger.Job{ID: "j", Account: "a", State: ledger.StateFailed, GPUs: 1, SubmitSeq: 10, JobOutcome: &ledger.JobOutcome{Model: "H200", EndedAt: at("2026-11-02T00:30:00Z"), Attempts: []ledger.Attempt{
+		{GPUs: 1, StartedAt: at("2026-11-02T00:00:00Z"), EndedAt: at("2026-11-02T00:30:00Z")},
+	}}}
 	entries := []ledger.Entry{
 		{Kind: ledger.EntryGrant, Account: "a", Amount: 100, Seq: 0, Time: at("2026-10-31T00:00:00Z")},
 		{Kind: ledger.EntryReserve, Account: "a", Job: "j", Amount: 10, Seq: 1, Time: at("2026-11-01T07:00:00Z")},
@@ -123,10 +121,10 @@ func TestUsageGroups(t *testing.T) {
 func TestUsageCountsEachJobOnce(t *testing.T) {
 	sub := time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)
 	end := sub.Add(time.Hour)
-	live := &ledger.Job{ID: "j", Account: "a", State: ledger.StateSucceeded, SubmittedAt: sub, EndedAt: end}
+	live := &ledger.Job{ID: "j", Account: "a", State: ledger.StateSucceeded, SubmittedAt: sub, JobOutcome: &ledger.JobOutcome{EndedAt: end}}
 	archived := live.Clone()
 	archived.SubmittedAt = sub.In(time.FixedZone("x", 3600)) // the same instant, read back in another zone
-	reused := &ledger.Job{ID: "j", Account: "a", State: ledger.StateFailed, SubmittedAt: end, EndedAt: end.Add(time.Hour)}
+	reused := &ledger.Job{ID: "j", Account: "a", State: ledger.StateFailed, SubmittedAt: end, JobOutcome: &ledger.JobOutcome{EndedAt: end.Add(time.Hour)}}
 	var o jobsOnce
 	for _, j := range []*ledger.Job{live, archived, reused} {
 		o.add(j)

@@ -69,7 +69,7 @@ func (a Archive) Validate() error {
 // retention: it is in a final state and ended at least retention before at.
 // The fold and the scheduler's decider both ask it.
 func Archivable(j *Job, retention time.Duration, at time.Time) bool {
-	return j.State.Terminal() && !j.EndedAt.IsZero() && !at.Before(j.EndedAt.Add(retention))
+	return j.State.Terminal() && !j.EndedAt().IsZero() && !at.Before(j.EndedAt().Add(retention))
 }
 
 // archive applies the scheduler's decision to archive a job.
@@ -95,7 +95,7 @@ func (t *tx) archive(c Archive) {
 		ignore("the job is %s", j.State)
 	case !Archivable(j, c.Retention, t.at):
 		ignore("the job ended %s, less than the retention of %v before this command (%s)",
-			j.EndedAt.Format(time.RFC3339), c.Retention, t.at.Format(time.RFC3339))
+			j.EndedAt().Format(time.RFC3339), c.Retention, t.at.Format(time.RFC3339))
 	default:
 		// The record leaves the state as it was: its Seq stays that of the
 		// last command that changed it, so the history holds the job's
@@ -103,7 +103,7 @@ func (t *tx) archive(c Archive) {
 		delete(t.s.Jobs, j.ID)
 		t.res.Changed = append(t.res.Changed, Key{KeyJob, j.ID})
 		t.jobEvent(j.Account, j, JobEvent{Type: EventArchived,
-			Message: fmt.Sprintf("job %s (%s, ended %s) moved to the history store", j.ID, j.State, j.EndedAt.Format(time.RFC3339))})
+			Message: fmt.Sprintf("job %s (%s, ended %s) moved to the history store", j.ID, j.State, j.EndedAt().Format(time.RFC3339))})
 		t.emit(ArchivedJob{Job: j})
 	}
 }

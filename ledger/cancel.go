@@ -33,13 +33,13 @@ func (t *tx) cancel(c Cancel) {
 		t.end(j, StateCancelled, ReasonCancelled, "cancelled while held")
 	case j.State.OnHost() && j.CancelRequested:
 		t.jobEvent(j.Account, j, JobEvent{Type: EventIgnored, Reason: ReasonAlreadyCancelling,
-			Message: fmt.Sprintf("a cancel of attempt %d on %s is already on its way", j.Attempt, j.Host)})
+			Message: fmt.Sprintf("a cancel of attempt %d on %s is already on its way", j.Attempt, j.Host())})
 	case j.State.OnHost():
 		j.CancelRequested = true
 		t.changedJob(j)
 		t.jobEvent(j.Account, j, JobEvent{Type: EventCancelRequested, Reason: ReasonCancelled,
-			Message: fmt.Sprintf("cancel sent to %s for attempt %d; the reservation is released when the worker reports", j.Host, j.Attempt)})
-		t.emit(CancelOrder{Host: j.Host, Job: j.ID, Account: j.Account, Attempt: j.Attempt})
+			Message: fmt.Sprintf("cancel sent to %s for attempt %d; the reservation is released when the worker reports", j.Host(), j.Attempt)})
+		t.emit(CancelOrder{Host: j.Host(), Job: j.ID, Account: j.Account, Attempt: j.Attempt})
 	default:
 		t.jobEvent(j.Account, j, JobEvent{Type: EventIgnored, Reason: ReasonAlreadyTerminal,
 			Message: fmt.Sprintf("job %s has already ended: %s", j.ID, j.State)})

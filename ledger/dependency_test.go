@@ -48,8 +48,8 @@ func TestDependencySatisfied(t *testing.T) {
 	if !met {
 		t.Fatalf("no dependency_met event for second in %+v", res.Effects)
 	}
-	if j := l.Job("second"); len(j.WaitingOn) != 0 || j.State != ledger.StatePending {
-		t.Fatalf("second = %s waiting on %v, want pending waiting on nothing", j.State, j.WaitingOn)
+	if j := l.Job("second"); len(j.WaitingOn()) != 0 || j.State != ledger.StatePending {
+		t.Fatalf("second = %s waiting on %v, want pending waiting on nothing", j.State, j.WaitingOn())
 	}
 	if j := ledgertest.Next(l.State); j == nil || j.ID != "second" {
 		t.Fatalf("Next = %v, want second", j)
@@ -87,8 +87,8 @@ func TestDependencyFailedFailsDependant(t *testing.T) {
 			t.Errorf("%s = %s holding %d charged %d, want failed holding 0 charged 0", id, j.State, j.Reserved, j.Charged)
 		}
 	}
-	if !strings.Contains(l.Job("second").Message, "first") {
-		t.Errorf("second's message %q does not name first", l.Job("second").Message)
+	if !strings.Contains(l.Job("second").Message(), "first") {
+		t.Errorf("second's message %q does not name first", l.Job("second").Message())
 	}
 	// afterany runs however its dependency ended.
 	if j := l.Job("cleanup"); j.State != ledger.StatePending || j.Gated() {
@@ -128,7 +128,7 @@ func TestDependencyRefused(t *testing.T) {
 	// afterany on the failed job is satisfied at once.
 	wantEvent(t, submitAfter(l, "a", "after-bad", 10, nil, []string{"bad"}), ledger.EventAccepted, "")
 	if j := l.Job("after-bad"); j.Gated() {
-		t.Errorf("after-bad waits on %v; its dependency has ended", j.WaitingOn)
+		t.Errorf("after-bad waits on %v; its dependency has ended", j.WaitingOn())
 	}
 }
 
@@ -239,7 +239,7 @@ func TestDependencyProperties(t *testing.T) {
 			},
 			"": func(rt *rapid.T) {
 				for _, j := range l.State.Jobs {
-					for _, d := range j.WaitingOn {
+					for _, d := range j.WaitingOn() {
 						if l.Job(d).State.Terminal() {
 							rt.Fatalf("job %s still waits on %s, which is %s", j.ID, d, l.Job(d).State)
 						}
@@ -247,7 +247,7 @@ func TestDependencyProperties(t *testing.T) {
 					if j.State.Terminal() || j.State == ledger.StateRejected {
 						continue
 					}
-					for _, d := range j.After {
+					for _, d := range j.After() {
 						if dj := l.Job(d); dj.State.Terminal() && dj.State != ledger.StateSucceeded {
 							rt.Fatalf("job %s is %s though its afterok dependency %s is %s", j.ID, j.State, d, dj.State)
 						}

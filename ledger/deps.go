@@ -72,9 +72,9 @@ func (t *tx) dependencies(c Submit) (waiting []string, reason Reason, msg string
 		case d.Account != c.Account:
 			return nil, ReasonUnknownDependency, fmt.Sprintf("dependency %s belongs to another account; a job may depend only on jobs of its own account", id)
 		case d.State == StateRejected:
-			return nil, ReasonUnknownDependency, fmt.Sprintf("dependency %s was rejected (%s) and will never run", id, d.Reason)
+			return nil, ReasonUnknownDependency, fmt.Sprintf("dependency %s was rejected (%s) and will never run", id, d.Reason())
 		case afterOK && d.State.Terminal() && d.State != StateSucceeded:
-			return nil, ReasonDependencyFailed, fmt.Sprintf("dependency %s has already ended %s (%s); a job after it could never run", id, d.State, d.Reason)
+			return nil, ReasonDependencyFailed, fmt.Sprintf("dependency %s has already ended %s (%s); a job after it could never run", id, d.State, d.Reason())
 		case !d.State.Terminal():
 			waiting = append(waiting, id)
 		}
@@ -87,26 +87,26 @@ func (t *tx) await(a *Account, j *Job, waiting []string) {
 	if len(waiting) == 0 {
 		return
 	}
-	j.WaitingOn = waiting
+	j.EditOptions().WaitingOn = waiting
 	a.Waiting++
 	t.changedAccount(a)
 }
 
 // waitNote says what a just-accepted job waits for, if anything.
 func waitNote(j *Job) string {
-	if len(j.WaitingOn) == 0 {
+	if len(j.WaitingOn()) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("; it waits for %s before it may run", strings.Join(j.WaitingOn, ", "))
+	return fmt.Sprintf("; it waits for %s before it may run", strings.Join(j.WaitingOn(), ", "))
 }
 
 // stopWaiting clears what held back j, which is ending: it waits no more.
 func (t *tx) stopWaiting(j *Job) {
 	j.Paused = false
-	if len(j.WaitingOn) == 0 {
+	if len(j.WaitingOn()) == 0 {
 		return
 	}
-	j.WaitingOn = nil
+	j.EditOptions().WaitingOn = nil
 	if a := t.s.Accounts[j.Account]; a != nil && a.Waiting > 0 {
 		a.Waiting--
 		t.changedAccount(a)
@@ -115,23 +115,23 @@ func (t *tx) stopWaiting(j *Job) {
 
 // submittedPriority is the priority j was submitted with.
 func (j *Job) submittedPriority() int {
-	if j.SubmittedPriority != nil {
-		return *j.SubmittedPriority
+	if j.SubmittedPriority() != nil {
+		return *j.SubmittedPriority()
 	}
 	return j.Priority
 }
 
 // Gated reports whether j is waiting but held back from dispatch: it waits
 // on a dependency or its owner paused it.
-func (j *Job) Gated() bool { return len(j.WaitingOn) > 0 || j.Paused }
+func (j *Job) Gated() bool { return len(j.WaitingOn()) > 0 || j.Paused }
 
 // gateProblem says why a dispatch of j must not go, if it must not.
 func gateProblem(j *Job) (Reason, string) {
 	switch {
 	case j.Paused:
 		return ReasonUserHold, "its owner holds it; gpuq release lets it run"
-	case len(j.WaitingOn) > 0:
-		return ReasonDependency, fmt.Sprintf("it waits for %s", strings.Join(j.WaitingOn, ", "))
+	case len(j.WaitingOn()) > 0:
+		return ReasonDependency, fmt.Sprintf("it waits for %s", strings.Join(j.WaitingOn(), ", "))
 	}
 	return "", ""
 }
@@ -151,7 +151,7 @@ func (t *tx) settleDependants() {
 		// on a dependency; sorted, so the events come in the same order on
 		// every replay.
 		for _, j := range t.s.Jobs {
-			if j.Account == d.Account && slices.Contains(j.WaitingOn, d.ID) {
+			if j.Account == d.Account && slices.Contains(j.WaitingOn(), d.ID) {
 				deps = append(deps, j)
 			}
 		}
@@ -164,8 +164,8 @@ func (t *tx) settleDependants() {
 
 // dependencyEnded applies the end of d to its dependant j.
 func (t *tx) dependencyEnded(a *Account, j, d *Job) {
-	if slices.Contains(j.After, d.ID) && d.State != StateSucceeded {
-		msg := fmt.Sprintf("dependency %s ended %s (%s), and this job was to run only after it succeeded", d.ID, d.State, d.Reason)
+	if slices.Contains(j.After(), d.ID) && d.State != StateSucceeded {
+		msg := fmt.Sprintf("dependency %s ended %s (%s), and this job was to run only after it succeeded", d.ID, d.State, d.Reason())
 		if j.State == StateHeld {
 			a.HeldJobs = slices.DeleteFunc(slices.Clone(a.HeldJobs), func(id string) bool { return id == j.ID })
 			t.changedAccount(a)
@@ -175,11 +175,11 @@ func (t *tx) dependencyEnded(a *Account, j, d *Job) {
 		t.finish(j, StateFailed, ReasonDependencyFailed, msg, 0)
 		return
 	}
-	j.WaitingOn = noneIfEmpty(slices.DeleteFunc(slices.Clone(j.WaitingOn), func(id string) bool { return id == d.ID }))
+	j.EditOptions().WaitingOn = noneIfEmpty(slices.DeleteFunc(slices.Clone(j.WaitingOn()), func(id string) bool { return id == d.ID }))
 	t.changedJob(j)
 	msg := fmt.Sprintf("dependency %s ended %s; ", d.ID, d.State)
-	if len(j.WaitingOn) > 0 {
-		msg += fmt.Sprintf("it still waits for %s", strings.Join(j.WaitingOn, ", "))
+	if len(j.WaitingOn()) > 0 {
+		msg += fmt.Sprintf("it still waits for %s", strings.Join(j.WaitingOn(), ", "))
 	} else {
 		a.Waiting--
 		t.changedAccount(a)
@@ -195,13 +195,13 @@ func (t *tx) dependencyEnded(a *Account, j, d *Job) {
 func (j *Job) checkWaits() error {
 	waiting := j.State == StatePending || j.State == StateHeld
 	switch {
-	case !waiting && (len(j.WaitingOn) > 0 || j.Paused):
-		return brokenf("%s job still waits on %v (paused %v)", j.State, j.WaitingOn, j.Paused)
-	case len(j.After)+len(j.AfterAny) > MaxDependencies:
-		return brokenf("%d dependencies, more than %d", len(j.After)+len(j.AfterAny), MaxDependencies)
+	case !waiting && (len(j.WaitingOn()) > 0 || j.Paused):
+		return brokenf("%s job still waits on %v (paused %v)", j.State, j.WaitingOn(), j.Paused)
+	case len(j.After())+len(j.AfterAny()) > MaxDependencies:
+		return brokenf("%d dependencies, more than %d", len(j.After())+len(j.AfterAny()), MaxDependencies)
 	}
-	for _, id := range j.WaitingOn {
-		if !slices.Contains(j.After, id) && !slices.Contains(j.AfterAny, id) {
+	for _, id := range j.WaitingOn() {
+		if !slices.Contains(j.After(), id) && !slices.Contains(j.AfterAny(), id) {
 			return brokenf("waits on %s, which it does not depend on", id)
 		}
 	}

@@ -19,6 +19,14 @@
 // [ReasonTooLarge], any command whose outcome would still pass the limit.
 // A refused submission keeps no command or env.
 //
+// A [Job] holds what every job has in the struct itself; its rarely-set
+// submit options ([JobOptions]) and what its dispatches, runs and end record
+// ([JobOutcome]) sit behind pointers that stay nil while empty, read through
+// methods of the fields' names: a pending job submitted without options
+// holds neither. Its encoding is the flat [JobRecord]'s, written and read by
+// a codec of the package's own that matches encoding/json byte for byte and
+// hands anything unusual to it.
+//
 // # Money
 //
 // Credits are integers ([Credits]) bounded by [MaxCredits]; every sum is

@@ -72,7 +72,7 @@ func (s *State) CheckInvariants() error {
 			sum.jobs++
 			sum.gpus += j.GPUs
 		}
-		if len(j.WaitingOn) > 0 {
+		if len(j.WaitingOn()) > 0 {
 			sum.waiting++
 		}
 	}
@@ -173,20 +173,20 @@ func (j *Job) check() error {
 		return brokenf("job has no id or no account")
 	case j.Cost < 0 || j.Cost > MaxCredits:
 		return brokenf("cost %d is out of range", j.Cost)
-	case j.State.OnHost() && (j.Host == "" || j.Attempt < 1):
-		return brokenf("%s job has host %q and attempt %d", j.State, j.Host, j.Attempt)
-	case j.State == StatePending && (j.Host != "" || len(j.Devices) > 0):
-		return brokenf("pending job still names host %q and %d devices", j.Host, len(j.Devices))
-	case j.State == StateRunning && len(j.Devices) != j.GPUs:
-		return brokenf("running job has %d devices for %d GPUs", len(j.Devices), j.GPUs)
+	case j.State.OnHost() && (j.Host() == "" || j.Attempt < 1):
+		return brokenf("%s job has host %q and attempt %d", j.State, j.Host(), j.Attempt)
+	case j.State == StatePending && (j.Host() != "" || len(j.Devices()) > 0):
+		return brokenf("pending job still names host %q and %d devices", j.Host(), len(j.Devices()))
+	case j.State == StateRunning && len(j.Devices()) != j.GPUs:
+		return brokenf("running job has %d devices for %d GPUs", len(j.Devices()), j.GPUs)
 	case j.State == StateRejected && j.SubmitSeq != 0:
 		return brokenf("rejected job has submit seq %d", j.SubmitSeq)
 	case j.Failures < 0 || j.Failures > j.MaxAttempts || j.Failures > j.Attempt:
 		return brokenf("%d failures with %d attempts of at most %d", j.Failures, j.Attempt, j.MaxAttempts)
 	case j.BusyRefusals < 0 || j.BusyRefusals > MaxBusyRefusals || j.Failures+j.BusyRefusals > j.Attempt:
 		return brokenf("%d busy refusals (at most %d) and %d failures with %d attempts", j.BusyRefusals, MaxBusyRefusals, j.Failures, j.Attempt)
-	case len(j.Attempts) > j.Failures+j.BusyRefusals+1:
-		return brokenf("%d attempts recorded, more than %d failures, %d busy refusals and one more", len(j.Attempts), j.Failures, j.BusyRefusals)
+	case len(j.Attempts()) > j.Failures+j.BusyRefusals+1:
+		return brokenf("%d attempts recorded, more than %d failures, %d busy refusals and one more", len(j.Attempts()), j.Failures, j.BusyRefusals)
 	case j.State.Active() && j.Failures >= j.MaxAttempts:
 		return brokenf("%s job has spent %d of %d attempts", j.State, j.Failures, j.MaxAttempts)
 	case j.CancelRequested && j.State == StatePending:

@@ -87,8 +87,8 @@ func TestFailureReleasesReservation(t *testing.T) {
 	wantMoney(t, l, "a", 10, 3)
 	wantEvent(t, l.Done("j", 1), ledger.EventFailed, ledger.ReasonExitCode)
 	wantMoney(t, l, "a", 10, 10)
-	if j := l.Job("j"); j.Charged != 0 || *j.ExitCode != 1 {
-		t.Errorf("failed job charged %d, exit %d; want 0, 1", j.Charged, *j.ExitCode)
+	if j := l.Job("j"); j.Charged != 0 || *j.ExitCode() != 1 {
+		t.Errorf("failed job charged %d, exit %d; want 0, 1", j.Charged, *j.ExitCode())
 	}
 }
 
@@ -316,7 +316,7 @@ func TestReportFromStaleAttemptOrWrongHost(t *testing.T) {
 
 	wantEvent(t, l.Done("j", 0), ledger.EventSucceeded, "")
 	wantMoney(t, l, "a", 90, 90)
-	if atts := l.Job("j").Attempts; len(atts) != 2 || atts[0].Outcome != ledger.StatePending || atts[1].Outcome != ledger.StateSucceeded {
+	if atts := l.Job("j").Attempts(); len(atts) != 2 || atts[0].Outcome != ledger.StatePending || atts[1].Outcome != ledger.StateSucceeded {
 		t.Errorf("attempts = %+v", atts)
 	}
 }
@@ -369,8 +369,8 @@ func TestWorkerRejectionRequeues(t *testing.T) {
 	wantEvent(t, l.Apply(ledger.Report{Type: ledger.ReportRejected, Host: "h", Job: "j", Attempt: 1, Reason: "GPU busy"}),
 		ledger.EventRequeued, ledger.ReasonWorkerRejected)
 	j := l.Job("j")
-	if j.State != ledger.StatePending || j.Reason != ledger.ReasonWorkerRejected || !strings.Contains(j.Message, "GPU busy") {
-		t.Errorf("after worker rejection: %s %s %q", j.State, j.Reason, j.Message)
+	if j.State != ledger.StatePending || j.Reason() != ledger.ReasonWorkerRejected || !strings.Contains(j.Message(), "GPU busy") {
+		t.Errorf("after worker rejection: %s %s %q", j.State, j.Reason(), j.Message())
 	}
 	if a := l.Account("a"); a.RunningJobs != 0 || a.RunningGPUs != 0 {
 		t.Errorf("running counts %d/%d after requeue", a.RunningJobs, a.RunningGPUs)
@@ -600,7 +600,7 @@ func TestSnapshotsAreCheckedBothWays(t *testing.T) {
 		t.Fatal(err)
 	}
 	j, err := ledger.UnmarshalJob(data)
-	if err != nil || j.State != ledger.StateRunning || len(j.Devices) != 1 || j.Walltime != ledger.DefaultWalltime {
+	if err != nil || j.State != ledger.StateRunning || len(j.Devices()) != 1 || j.Walltime != ledger.DefaultWalltime {
 		t.Fatalf("UnmarshalJob = %+v, %v", j, err)
 	}
 	bad := l.Account("a").Clone()
@@ -721,8 +721,8 @@ func TestMeteredJobsPayForRuntime(t *testing.T) {
 	metered("infra")
 	run("infra", "H200", 137, 30*time.Minute, "Xid 79")
 	run("infra", "", 0, 3600*time.Second, "") // an unknown model pays the default
-	if j := l.Job("infra"); j.Charged != 200 || len(j.Attempts) != 2 || j.Attempts[0].Charged != 0 {
-		t.Errorf("retried metered job: charged %d over attempts %+v, want 200 (2 GPUs × 1h × 100)", j.Charged, j.Attempts)
+	if j := l.Job("infra"); j.Charged != 200 || len(j.Attempts()) != 2 || j.Attempts()[0].Charged != 0 {
+		t.Errorf("retried metered job: charged %d over attempts %+v, want 200 (2 GPUs × 1h × 100)", j.Charged, j.Attempts())
 	}
 	wantMoney(t, l, "a", 10_000-19-10-200, 10_000-19-10-200)
 }
@@ -748,12 +748,12 @@ func TestBusyRefusalSpendsNoAttempt(t *testing.T) {
 	for n := 1; n <= ledger.MaxBusyRefusals; n++ {
 		wantEvent(t, refuse(), ledger.EventRequeued, ledger.ReasonHostBusy)
 		j := l.Job("j")
-		if j.State != ledger.StatePending || j.Failures != 0 || j.BusyRefusals != n || j.Reason != ledger.ReasonHostBusy {
-			t.Fatalf("after busy refusal %d: %s, %d failures, %d busy refusals, reason %s", n, j.State, j.Failures, j.BusyRefusals, j.Reason)
+		if j.State != ledger.StatePending || j.Failures != 0 || j.BusyRefusals != n || j.Reason() != ledger.ReasonHostBusy {
+			t.Fatalf("after busy refusal %d: %s, %d failures, %d busy refusals, reason %s", n, j.State, j.Failures, j.BusyRefusals, j.Reason())
 		}
-		last := j.Attempts[len(j.Attempts)-1]
-		if len(j.Attempts) != n || last.N != n || last.Host != "h" || last.Reason != ledger.ReasonHostBusy || last.Outcome != ledger.StatePending {
-			t.Fatalf("after busy refusal %d: attempts %+v", n, j.Attempts)
+		last := j.Attempts()[len(j.Attempts())-1]
+		if len(j.Attempts()) != n || last.N != n || last.Host != "h" || last.Reason != ledger.ReasonHostBusy || last.Outcome != ledger.StatePending {
+			t.Fatalf("after busy refusal %d: attempts %+v", n, j.Attempts())
 		}
 	}
 	wantMoney(t, l, "a", 100, 90)
@@ -764,7 +764,7 @@ func TestBusyRefusalSpendsNoAttempt(t *testing.T) {
 		t.Fatalf("busy refusal past the limit ended with %+v, want failed/attempts_exhausted", evs)
 	}
 	j := l.Job("j")
-	if last := j.Attempts[len(j.Attempts)-1]; last.Reason != ledger.ReasonWorkerRejected || !strings.Contains(last.Message, "busy refusals") {
+	if last := j.Attempts()[len(j.Attempts())-1]; last.Reason != ledger.ReasonWorkerRejected || !strings.Contains(last.Message, "busy refusals") {
 		t.Errorf("the attempt past the limit is recorded as %s %q, want a worker rejection that says why", last.Reason, last.Message)
 	}
 	if j.Failures != 1 || j.BusyRefusals != ledger.MaxBusyRefusals {
@@ -786,8 +786,8 @@ func TestBusyRefusalCountsOnlyFromTheAttempt(t *testing.T) {
 	wantEvent(t, l.Apply(busy), ledger.EventIgnored, ledger.ReasonWrongHost)
 	busy.Host, busy.Attempt = "h", 2
 	wantEvent(t, l.Apply(busy), ledger.EventIgnored, ledger.ReasonStaleAttempt)
-	if j := l.Job("j"); j.State != ledger.StateDispatched || j.BusyRefusals != 0 || len(j.Attempts) != 0 {
-		t.Fatalf("misaddressed busy refusals moved the job: %s, %d busy refusals, %d attempts", j.State, j.BusyRefusals, len(j.Attempts))
+	if j := l.Job("j"); j.State != ledger.StateDispatched || j.BusyRefusals != 0 || len(j.Attempts()) != 0 {
+		t.Fatalf("misaddressed busy refusals moved the job: %s, %d busy refusals, %d attempts", j.State, j.BusyRefusals, len(j.Attempts()))
 	}
 	l.Apply(ledger.Cancel{Account: "a", Job: "j"})
 	busy.Attempt = 1
@@ -843,7 +843,7 @@ func TestStartOfARunNobodyWantsIsCancelled(t *testing.T) {
 	// A started report sent again while its attempt runs is a duplicate.
 	l.Submit("a", "k", 10, 0)
 	l.Start("k", "h1")
-	dup := ledger.Report{Type: ledger.ReportStarted, Host: "h1", Job: "k", Attempt: 1, Devices: l.Job("k").Devices}
+	dup := ledger.Report{Type: ledger.ReportStarted, Host: "h1", Job: "k", Attempt: 1, Devices: l.Job("k").Devices()}
 	res := l.Apply(dup)
 	wantEvent(t, res, ledger.EventIgnored, ledger.ReasonBadState)
 	if got := ledgertest.All[ledger.CancelOrder](res); len(got) != 0 {

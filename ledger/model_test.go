@@ -587,7 +587,7 @@ func (m *model) compare(t *rapid.T, s *ledger.State) {
 			t.Fatalf("job %s missing", id)
 		}
 		got := fmt.Sprintf("%s cost %d attempt %d failures %d busy %d host %q cancel %v held %d charged %d",
-			j.State, j.Cost, j.Attempt, j.Failures, j.BusyRefusals, j.Host, j.CancelRequested, j.Reserved, j.Charged)
+			j.State, j.Cost, j.Attempt, j.Failures, j.BusyRefusals, j.Host(), j.CancelRequested, j.Reserved, j.Charged)
 		exp := fmt.Sprintf("%s cost %d attempt %d failures %d busy %d host %q cancel %v held %d charged %d",
 			want.state, want.terms.Cost, want.attempt, want.failures, want.busy, want.host, want.cancel, want.held, want.charged)
 		if want.state == ledger.StateRejected {

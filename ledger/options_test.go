@@ -23,7 +23,7 @@ func TestSubmitKeepsItsName(t *testing.T) {
 	s := optSubmit("j")
 	s.Name = "resnet sweep ▸ lr 3e-4"
 	wantEvent(t, l.Apply(s), ledger.EventAccepted, "")
-	if got := l.Job("j").Name; got != s.Name {
+	if got := l.Job("j").Name(); got != s.Name {
 		t.Errorf("name = %q, want %q", got, s.Name)
 	}
 	wantEvent(t, l.Apply(s), ledger.EventIgnored, ledger.ReasonDuplicate)
@@ -66,7 +66,7 @@ func TestSubmitWorkdirReachesTheOrder(t *testing.T) {
 	s := optSubmit("j")
 	s.Workdir = "/data/run-7"
 	wantEvent(t, l.Apply(s), ledger.EventAccepted, "")
-	if got := l.Job("j").Workdir; got != s.Workdir {
+	if got := l.Job("j").Workdir(); got != s.Workdir {
 		t.Errorf("workdir = %q, want %q", got, s.Workdir)
 	}
 	res := l.Apply(ledger.Dispatch{Job: "j", Attempt: 1, Host: "h"})
@@ -114,8 +114,8 @@ func TestSubmitArrayTask(t *testing.T) {
 	s := optSubmit("sweep-7")
 	s.ArrayID, s.ArrayIndex = "sweep", 7
 	wantEvent(t, l.Apply(s), ledger.EventAccepted, "")
-	if j := l.Job("sweep-7"); j.ArrayID != "sweep" || j.ArrayIndex != 7 {
-		t.Errorf("record = array %q index %d", j.ArrayID, j.ArrayIndex)
+	if j := l.Job("sweep-7"); j.ArrayID() != "sweep" || j.ArrayIndex() != 7 {
+		t.Errorf("record = array %q index %d", j.ArrayID(), j.ArrayIndex())
 	}
 	o, ok := ledgertest.First[ledger.DispatchOrder](l.Apply(ledger.Dispatch{Job: "sweep-7", Attempt: 1, Host: "h"}))
 	if !ok || o.ArrayID != "sweep" || o.ArrayIndex != 7 {
@@ -132,8 +132,8 @@ func TestSubmitArrayTask(t *testing.T) {
 	p := optSubmit("poor-0")
 	p.Account, p.ArrayID = "poor", "poor"
 	wantEvent(t, l.Apply(p), ledger.EventRejected, ledger.ReasonInsufficientCredits)
-	if j := l.Job("poor-0"); j.ArrayID != "poor" || j.State != ledger.StateRejected {
-		t.Errorf("rejected task = %s of array %q", j.State, j.ArrayID)
+	if j := l.Job("poor-0"); j.ArrayID() != "poor" || j.State != ledger.StateRejected {
+		t.Errorf("rejected task = %s of array %q", j.State, j.ArrayID())
 	}
 	for _, bad := range []ledger.Submit{
 		{ArrayIndex: 3},
@@ -154,7 +154,7 @@ func TestSubmitGPUModel(t *testing.T) {
 	s := optSubmit("j")
 	s.GPUModel = "NVIDIA H100 80GB HBM3"
 	wantEvent(t, l.Apply(s), ledger.EventAccepted, "")
-	if got := l.Job("j").GPUModel; got != s.GPUModel {
+	if got := l.Job("j").GPUModel(); got != s.GPUModel {
 		t.Errorf("gpu_model = %q", got)
 	}
 	other := s

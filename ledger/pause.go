@@ -93,7 +93,7 @@ func (t *tx) modify(m Modify) {
 		j.Paused = false
 		t.changedJob(j)
 		msg := "released by its owner"
-		if len(j.WaitingOn) > 0 {
+		if len(j.WaitingOn()) > 0 {
 			msg += "; it still waits for its dependencies"
 		}
 		t.jobEvent(j.Account, j, JobEvent{Type: EventResumed, Message: msg})
@@ -102,9 +102,9 @@ func (t *tx) modify(m Modify) {
 			ignore(j, ReasonUnchanged, "its priority is already %d", m.Priority)
 			return
 		}
-		if j.SubmittedPriority == nil {
+		if j.SubmittedPriority() == nil {
 			p := j.Priority
-			j.SubmittedPriority = &p
+			j.EditOptions().SubmittedPriority = &p
 		}
 		old := j.Priority
 		j.Priority = m.Priority

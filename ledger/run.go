@@ -36,21 +36,21 @@ func (t *tx) dispatch(c Dispatch) {
 		ignore(r, "%s", msg)
 	case len(caps) > 0:
 		ignore(caps[0].Reason, "%s", caps[0].Message())
-	case encodedStringsLen(j.Command)+encodedMapLen(j.Env)+EncodedLen(j.Workdir)+orderOverhead > MaxRecordBytes:
+	case encodedStringsLen(j.Command)+encodedMapLen(j.Env())+EncodedLen(j.Workdir())+orderOverhead > MaxRecordBytes:
 		// Only a job stored by a version with larger limits can get here:
 		// its order could not be sent, so it can never run.
 		t.finish(j, StateFailed, ReasonTooLarge, fmt.Sprintf("its dispatch order would take more than the %d bytes a message may: its command and env are too large to send to a worker", MaxRecordBytes), 0)
 	default:
-		j.State, j.Attempt, j.Host, j.Devices, j.DispatchedAt = StateDispatched, c.Attempt, c.Host, nil, t.at
-		j.Reason, j.Message = "", ""
+		j.State, j.Attempt, j.EditOutcome().Host, j.EditOutcome().Devices, j.EditOutcome().DispatchedAt = StateDispatched, c.Attempt, c.Host, nil, t.at
+		j.EditOutcome().Reason, j.EditOutcome().Message = "", ""
 		a.RunningJobs++
 		a.RunningGPUs += j.GPUs
 		t.changedJob(j)
 		t.changedAccount(a)
-		t.jobEvent(a.ID, j, JobEvent{Type: EventDispatched, Message: fmt.Sprintf("attempt %d sent to %s", j.Attempt, j.Host)})
-		t.emit(DispatchOrder{Host: j.Host, Job: j.ID, Account: j.Account, Attempt: j.Attempt,
-			GPUs: j.GPUs, Command: j.Command, Env: j.Env, Walltime: j.Walltime,
-			Workdir: j.Workdir, ArrayID: j.ArrayID, ArrayIndex: j.ArrayIndex})
+		t.jobEvent(a.ID, j, JobEvent{Type: EventDispatched, Message: fmt.Sprintf("attempt %d sent to %s", j.Attempt, j.Host())})
+		t.emit(DispatchOrder{Host: j.Host(), Job: j.ID, Account: j.Account, Attempt: j.Attempt,
+			GPUs: j.GPUs, Command: j.Command, Env: j.Env(), Walltime: j.Walltime,
+			Workdir: j.Workdir(), ArrayID: j.ArrayID(), ArrayIndex: j.ArrayIndex()})
 	}
 }
 
@@ -88,25 +88,25 @@ func (t *tx) report(r Report) {
 	// took after the attempt was lost, or one it ran again after a
 	// restart): the host is told to stop it. A started report for the
 	// current attempt that comes again while it runs is only a duplicate.
-	stop := r.Type == ReportStarted && (r.Attempt != j.Attempt || r.Host != j.Host || !j.State.OnHost())
+	stop := r.Type == ReportStarted && (r.Attempt != j.Attempt || r.Host != j.Host() || !j.State.OnHost())
 	switch {
 	case r.Attempt != j.Attempt:
 		ignore(ReasonStaleAttempt, "the job's attempt is %d%s", j.Attempt, stopNote(stop, r))
-	case r.Host != j.Host:
-		ignore(ReasonWrongHost, "attempt %d was dispatched to %s%s", j.Attempt, orNone(j.Host), stopNote(stop, r))
+	case r.Host != j.Host():
+		ignore(ReasonWrongHost, "attempt %d was dispatched to %s%s", j.Attempt, orNone(j.Host()), stopNote(stop, r))
 	case j.State != want:
 		ignore(ReasonBadState, "the job is %s%s", j.State, stopNote(stop, r))
 	case r.Type == ReportStarted && len(r.Devices) != j.GPUs:
 		ignore(ReasonBadDevices, "the job needs %d GPUs, the report lists %d devices", j.GPUs, len(r.Devices))
 	case r.Type == ReportStarted:
-		j.State, j.StartedAt, j.Model = StateRunning, t.at, r.Model
-		j.Devices = append([]string(nil), r.Devices...)
+		j.State, j.EditOutcome().StartedAt, j.EditOutcome().Model = StateRunning, t.at, r.Model
+		j.EditOutcome().Devices = append([]string(nil), r.Devices...)
 		t.changedJob(j)
-		t.jobEvent(j.Account, j, JobEvent{Type: EventStarted, Devices: j.Devices,
-			Message: fmt.Sprintf("attempt %d running on %s", j.Attempt, j.Host)})
+		t.jobEvent(j.Account, j, JobEvent{Type: EventStarted, Devices: j.Devices(),
+			Message: fmt.Sprintf("attempt %d running on %s", j.Attempt, j.Host())})
 	case r.Type == ReportDone && r.Infra != "":
-		j.RuntimeMS = r.Runtime.Milliseconds()
-		t.retry(j, ReasonInfrastructure, fmt.Sprintf("attempt %d on %s ended by the infrastructure: %s", j.Attempt, j.Host, r.Infra))
+		j.EditOutcome().RuntimeMS = r.Runtime.Milliseconds()
+		t.retry(j, ReasonInfrastructure, fmt.Sprintf("attempt %d on %s ended by the infrastructure: %s", j.Attempt, j.Host(), r.Infra))
 	case r.Type == ReportDone:
 		t.exited(j, r.ExitCode, r.Runtime)
 	case r.Busy && j.BusyRefusals < MaxBusyRefusals && !j.CancelRequested:
@@ -115,12 +115,12 @@ func (t *tx) report(r Report) {
 		// Bounded, so a host that always says busy cannot keep a job, and
 		// its record, going forever.
 		j.BusyRefusals++
-		msg := fmt.Sprintf("%s refused attempt %d, its GPUs busy: %s", j.Host, j.Attempt, r.Reason)
+		msg := fmt.Sprintf("%s refused attempt %d, its GPUs busy: %s", j.Host(), j.Attempt, r.Reason)
 		t.endAttempt(j, StatePending, ReasonHostBusy, msg, 0)
 		t.requeue(j, ReasonHostBusy, msg, fmt.Sprintf("%s; attempt %d follows, and this one is not spent (busy refusal %d of at most %d; %d of %d attempts spent)",
 			msg, j.Attempt+1, j.BusyRefusals, MaxBusyRefusals, j.Failures, j.MaxAttempts))
 	default: // ReportRejected
-		msg := fmt.Sprintf("%s could not start attempt %d: %s", j.Host, j.Attempt, r.Reason)
+		msg := fmt.Sprintf("%s could not start attempt %d: %s", j.Host(), j.Attempt, r.Reason)
 		if r.Busy && !j.CancelRequested {
 			msg += fmt.Sprintf(" (busy, but the job has had its %d busy refusals: this one spends an attempt)", MaxBusyRefusals)
 		}
@@ -150,7 +150,7 @@ func orNone(host string) string {
 // exited settles j, whose attempt exited with code after runtime: a success
 // pays its full charge; a failure, cancelled or not, pays its failure share.
 func (t *tx) exited(j *Job, code int, runtime time.Duration) {
-	j.ExitCode, j.RuntimeMS = &code, runtime.Milliseconds()
+	j.EditOutcome().ExitCode, j.EditOutcome().RuntimeMS = &code, runtime.Milliseconds()
 	to, reason, pct, attemptMsg, how := StateSucceeded, Reason(""), 100, "", fmt.Sprintf("exited %d", code)
 	if code != 0 {
 		to, reason, pct, attemptMsg = StateFailed, ReasonExitCode, t.failurePercent(j), fmt.Sprintf("exit code %d", code)
@@ -183,8 +183,8 @@ func (t *tx) lost(l Lost) {
 			Message: fmt.Sprintf("lost decision for attempt %d ignored: the job is %s", l.Attempt, j.State)})
 	default:
 		t.jobEvent(j.Account, j, JobEvent{Type: EventLost, Reason: ReasonLost,
-			Message: fmt.Sprintf("attempt %d on %s lost: %s", j.Attempt, j.Host, l.Reason)})
-		t.retry(j, ReasonLost, fmt.Sprintf("attempt %d on %s lost: %s", j.Attempt, j.Host, l.Reason))
+			Message: fmt.Sprintf("attempt %d on %s lost: %s", j.Attempt, j.Host(), l.Reason)})
+		t.retry(j, ReasonLost, fmt.Sprintf("attempt %d on %s lost: %s", j.Attempt, j.Host(), l.Reason))
 	}
 }
 
@@ -235,9 +235,9 @@ func (t *tx) requeue(j *Job, reason Reason, msg, note string) {
 	a.RunningJobs--
 	a.RunningGPUs -= j.GPUs
 	t.changedAccount(a)
-	j.State, j.Host, j.Devices, j.Model = StatePending, "", nil, ""
-	j.StartedAt = time.Time{}
-	j.Reason, j.Message = reason, clip(msg)
+	j.State, j.EditOutcome().Host, j.EditOutcome().Devices, j.EditOutcome().Model = StatePending, "", nil, ""
+	j.EditOutcome().StartedAt = time.Time{}
+	j.EditOutcome().Reason, j.EditOutcome().Message = reason, clip(msg)
 	t.changedJob(j)
 	t.jobEvent(j.Account, j, JobEvent{Type: EventRequeued, Reason: reason, Message: note})
 }
@@ -245,8 +245,8 @@ func (t *tx) requeue(j *Job, reason Reason, msg, note string) {
 // endAttempt records how the job's current attempt ended and what it was
 // charged.
 func (t *tx) endAttempt(j *Job, outcome JobState, reason Reason, msg string, charged Credits) {
-	j.Attempts = append(j.Attempts, Attempt{N: j.Attempt, Host: j.Host, GPUs: j.GPUs, Outcome: outcome, Reason: reason,
-		Message: clip(msg), StartedAt: j.StartedAt, EndedAt: t.at, Charged: charged})
+	j.EditOutcome().Attempts = append(j.Attempts(), Attempt{N: j.Attempt, Host: j.Host(), GPUs: j.GPUs, Outcome: outcome, Reason: reason,
+		Message: clip(msg), StartedAt: j.StartedAt(), EndedAt: t.at, Charged: charged})
 	t.changedJob(j)
 }
 
@@ -273,7 +273,7 @@ func (t *tx) charge(j *Job, runtime time.Duration, pct int) (Credits, string) {
 	full, note := j.Reserved, ""
 	if j.Metered {
 		secs := ceilSeconds(runtime)
-		price := t.s.Pricing.Price(j.Model)
+		price := t.s.Pricing.Price(j.Model())
 		if c, ok := gpuSecondsCost(j.GPUs, secs, price); ok && c < j.Reserved {
 			full = c
 		}
@@ -312,7 +312,7 @@ func (t *tx) finish(j *Job, to JobState, reason Reason, msg string, charged Cred
 func (t *tx) end(j *Job, to JobState, reason Reason, msg string) {
 	t.stopWaiting(j)
 	t.ended = append(t.ended, j)
-	j.State, j.Reason, j.Message, j.EndedAt = to, reason, clip(msg), t.at
+	j.State, j.EditOutcome().Reason, j.EditOutcome().Message, j.EditOutcome().EndedAt = to, reason, clip(msg), t.at
 	t.changedJob(j)
 	t.jobEvent(j.Account, j, JobEvent{Type: finalEvent[to]})
 }

@@ -258,12 +258,12 @@ func roughSize(v any) int {
 	}
 	switch v := v.(type) {
 	case *Job:
-		n := fixedBytes + str(v.ID) + str(v.Account) + strs(v.Command) + env(v.Env) + str(v.Host) + strs(v.Devices) +
-			str(v.Model) + str(string(v.Reason)) + str(v.Message) +
-			str(v.Name) +
-			str(v.GPUModel) +
-			str(v.Workdir) + str(v.ArrayID) + strs(v.After) + strs(v.AfterAny) + strs(v.WaitingOn)
-		for _, a := range v.Attempts {
+		n := fixedBytes + str(v.ID) + str(v.Account) + strs(v.Command) + env(v.Env()) + str(v.Host()) + strs(v.Devices()) +
+			str(v.Model()) + str(string(v.Reason())) + str(v.Message()) +
+			str(v.Name()) +
+			str(v.GPUModel()) +
+			str(v.Workdir()) + str(v.ArrayID()) + strs(v.After()) + strs(v.AfterAny()) + strs(v.WaitingOn())
+		for _, a := range v.Attempts() {
 			n += fixedElem + str(a.Host) + str(string(a.Reason)) + str(a.Message)
 		}
 		return n

@@ -132,10 +132,10 @@ func TestTheLargestValidCommandsMakeRecordsThatFit(t *testing.T) {
 			Job: "big", Attempt: n, Infra: reason})))
 	}
 	j := l.Job("big")
-	if len(j.Attempts) != ledger.MaxRecordedAttempts-1 || j.State != ledger.StateFailed {
-		t.Errorf("job ended %s with %d attempts recorded, want failed with %d", j.State, len(j.Attempts), ledger.MaxRecordedAttempts-1)
+	if len(j.Attempts()) != ledger.MaxRecordedAttempts-1 || j.State != ledger.StateFailed {
+		t.Errorf("job ended %s with %d attempts recorded, want failed with %d", j.State, len(j.Attempts()), ledger.MaxRecordedAttempts-1)
 	}
-	for _, a := range j.Attempts {
+	for _, a := range j.Attempts() {
 		if n := ledger.EncodedLen(a.Message); n > ledger.MaxMessageBytes {
 			t.Fatalf("attempt message takes %d bytes, more than %d", n, ledger.MaxMessageBytes)
 		}
@@ -190,10 +190,10 @@ func TestARefusalKeepsOnlyWhatTheAnswerNeeds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(data) > 1024 || j.Command != nil || j.Env != nil {
-		t.Errorf("the rejected job's record takes %d bytes, command %d args, env %d vars; want under 1 KiB, none kept", len(data), len(j.Command), len(j.Env))
+	if len(data) > 1024 || j.Command != nil || j.Env() != nil {
+		t.Errorf("the rejected job's record takes %d bytes, command %d args, env %d vars; want under 1 KiB, none kept", len(data), len(j.Command), len(j.Env()))
 	}
-	if j.ID != "j" || j.Account != "a" || j.State != ledger.StateRejected || j.Reason != ledger.ReasonInsufficientCredits || j.Cost != 10 || j.GPUs != 2 {
+	if j.ID != "j" || j.Account != "a" || j.State != ledger.StateRejected || j.Reason() != ledger.ReasonInsufficientCredits || j.Cost != 10 || j.GPUs != 2 {
 		t.Errorf("the rejected record lost what the answer states: %+v", j)
 	}
 	// The id is free again: the same terms after a top-up are accepted.
@@ -283,7 +283,7 @@ func TestMessagesAreCut(t *testing.T) {
 			t.Errorf("event message takes %d bytes (limit %d), ends %q", n, ledger.MaxMessageBytes, ev.Message[max(len(ev.Message)-8, 0):])
 		}
 	}
-	if n := ledger.EncodedLen(l.Job("j").Message); n > ledger.MaxMessageBytes {
+	if n := ledger.EncodedLen(l.Job("j").Message()); n > ledger.MaxMessageBytes {
 		t.Errorf("job message takes %d bytes", n)
 	}
 	// An invalid command quotes only the start of what it names.

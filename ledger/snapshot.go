@@ -36,13 +36,18 @@ func MarshalJob(j *Job) ([]byte, error) {
 	if err := j.check(); err != nil {
 		return nil, fmt.Errorf("encode job %s: %w", j.ID, err)
 	}
-	return json.Marshal(j)
+	return appendJob(nil, j)
 }
 
 // UnmarshalJob decodes a stored job and checks it.
 func UnmarshalJob(data []byte) (*Job, error) {
+	return unmarshalJob(data, nil)
+}
+
+// unmarshalJob is UnmarshalJob sharing strings with sh, if not nil.
+func unmarshalJob(data []byte, sh *JobDecoder) (*Job, error) {
 	var j Job
-	if err := json.Unmarshal(data, &j); err != nil {
+	if err := decodeJobSharing(data, &j, sh); err != nil {
 		return nil, fmt.Errorf("decode job: %w", err)
 	}
 	if j.Reserved == 0 && bytes.Contains(data, []byte(`"held":`)) /* the key, not the state "held" */ {

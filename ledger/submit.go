@@ -162,28 +162,35 @@ func (t *tx) rejectSubmission(c Submit, reason Reason, msg string) {
 }
 
 func newJob(c Submit, submitSeq uint64, t *tx) *Job {
-	return &Job{
+	j := &Job{
 		ID:          c.ID,
 		Account:     c.Account,
 		Priority:    c.Priority,
 		GPUs:        c.GPUs,
 		Cost:        c.Cost,
 		Command:     slices.Clone(c.Command),
-		Env:         maps.Clone(c.Env),
 		Walltime:    c.Walltime,
 		MaxAttempts: c.MaxAttempts,
 		Metered:     c.Metered,
 		Hold:        c.Hold,
-		Name:        c.Name,
-		GPUModel:    c.GPUModel,
-		Workdir:     c.Workdir,
-		ArrayID:     c.ArrayID,
-		ArrayIndex:  c.ArrayIndex,
-		After:       slices.Clone(c.After),
-		AfterAny:    slices.Clone(c.AfterAny),
 		SubmitSeq:   submitSeq,
 		SubmittedAt: t.at,
 	}
+	o := JobOptions{
+		Env:        maps.Clone(c.Env),
+		Name:       c.Name,
+		GPUModel:   c.GPUModel,
+		Workdir:    c.Workdir,
+		ArrayID:    c.ArrayID,
+		ArrayIndex: c.ArrayIndex,
+		After:      slices.Clone(c.After),
+		AfterAny:   slices.Clone(c.AfterAny),
+	}
+	if !o.zero() {
+		j.JobOptions = new(JobOptions) // not &o, which would put every o on the heap
+		*j.JobOptions = o
+	}
+	return j
 }
 
 // termDiff names the terms in which c differs from the existing job j.
@@ -195,7 +202,7 @@ func termDiff(j *Job, c Submit) string {
 	if p := j.submittedPriority(); p != c.Priority {
 		d = append(d, fmt.Sprintf("priority %d, not %d", p, c.Priority))
 	}
-	if !slices.Equal(j.After, c.After) || !slices.Equal(j.AfterAny, c.AfterAny) {
+	if !slices.Equal(j.After(), c.After) || !slices.Equal(j.AfterAny(), c.AfterAny) {
 		d = append(d, "other dependencies")
 	}
 	if j.GPUs != c.GPUs {
@@ -212,7 +219,7 @@ func termDiff(j *Job, c Submit) string {
 	if !slices.Equal(j.Command, c.Command) {
 		d = append(d, "another command")
 	}
-	if !maps.Equal(j.Env, c.Env) {
+	if !maps.Equal(j.Env(), c.Env) {
 		d = append(d, "another env")
 	}
 	if j.Walltime != c.Walltime {
@@ -221,17 +228,17 @@ func termDiff(j *Job, c Submit) string {
 	if j.MaxAttempts != c.MaxAttempts {
 		d = append(d, fmt.Sprintf("max_attempts %d, not %d", j.MaxAttempts, c.MaxAttempts))
 	}
-	if j.Name != c.Name {
-		d = append(d, fmt.Sprintf("name %s, not %s", preview(j.Name), preview(c.Name)))
+	if j.Name() != c.Name {
+		d = append(d, fmt.Sprintf("name %s, not %s", preview(j.Name()), preview(c.Name)))
 	}
-	if j.GPUModel != c.GPUModel {
-		d = append(d, fmt.Sprintf("gpu_model %s, not %s", preview(j.GPUModel), preview(c.GPUModel)))
+	if j.GPUModel() != c.GPUModel {
+		d = append(d, fmt.Sprintf("gpu_model %s, not %s", preview(j.GPUModel()), preview(c.GPUModel)))
 	}
-	if j.Workdir != c.Workdir {
-		d = append(d, fmt.Sprintf("workdir %s, not %s", preview(j.Workdir), preview(c.Workdir)))
+	if j.Workdir() != c.Workdir {
+		d = append(d, fmt.Sprintf("workdir %s, not %s", preview(j.Workdir()), preview(c.Workdir)))
 	}
-	if j.ArrayID != c.ArrayID || j.ArrayIndex != c.ArrayIndex {
-		d = append(d, fmt.Sprintf("array task %s[%d], not %s[%d]", preview(j.ArrayID), j.ArrayIndex, preview(c.ArrayID), c.ArrayIndex))
+	if j.ArrayID() != c.ArrayID || j.ArrayIndex() != c.ArrayIndex {
+		d = append(d, fmt.Sprintf("array task %s[%d], not %s[%d]", preview(j.ArrayID()), j.ArrayIndex(), preview(c.ArrayID), c.ArrayIndex))
 	}
 	return "it has " + strings.Join(d, ", ")
 }
@@ -242,13 +249,13 @@ func termDiff(j *Job, c Submit) string {
 func (t *tx) jobEvent(account string, j *Job, e JobEvent) {
 	e.Account = account
 	if j != nil {
-		e.Job, e.State, e.Attempt, e.Host = j.ID, j.State, j.Attempt, j.Host
+		e.Job, e.State, e.Attempt, e.Host = j.ID, j.State, j.Attempt, j.Host()
 		if e.Reason == "" && e.Message == "" {
-			e.Reason, e.Message = j.Reason, j.Message
+			e.Reason, e.Message = j.Reason(), j.Message()
 		}
 		e.Charged = j.Charged
-		if e.ExitCode == nil && j.State.Terminal() && j.ExitCode != nil {
-			code := *j.ExitCode
+		if e.ExitCode == nil && j.State.Terminal() && j.ExitCode() != nil {
+			code := *j.ExitCode()
 			e.ExitCode = &code
 		}
 	}

@@ -67,7 +67,7 @@ func newArchiver() *archiver {
 
 // index queues j if it is final and not queued at this record already.
 func (ar *archiver) index(j *ledger.Job) {
-	if !j.State.Terminal() || j.EndedAt.IsZero() {
+	if !j.State.Terminal() || j.EndedAt().IsZero() {
 		delete(ar.queued, j.ID)
 		return
 	}
@@ -78,7 +78,7 @@ func (ar *archiver) index(j *ledger.Job) {
 		return // a decision about this record is in flight
 	}
 	ar.queued[j.ID] = j.Seq
-	heap.Push(&ar.heap, endedJob{end: j.EndedAt, id: j.ID, seq: j.Seq})
+	heap.Push(&ar.heap, endedJob{end: j.EndedAt(), id: j.ID, seq: j.Seq})
 }
 
 // removed forgets a job the fold archived.
@@ -137,7 +137,7 @@ func (c *Core) abandonArchive(s *ledger.State, a ledger.Archive) {
 // what a new leader loads.
 func (c *Core) observeArchived(j *ledger.Job) {
 	c.archiver.removed(j.ID)
-	for _, a := range j.Attempts {
+	for _, a := range j.Attempts() {
 		c.usage.add(j.Account, -attemptUsage(a), a.EndedAt)
 	}
 	c.queue.Remove(j.ID)

@@ -219,7 +219,7 @@ func (c *Core) Load(s *ledger.State) {
 	// decision.
 	for _, id := range slices.Sorted(maps.Keys(s.Jobs)) {
 		j := s.Jobs[id]
-		for _, a := range j.Attempts {
+		for _, a := range j.Attempts() {
 			c.usage.add(j.Account, attemptUsage(a), a.EndedAt)
 		}
 		c.index(j)
@@ -273,7 +273,7 @@ func (c *Core) Observe(s *ledger.State, cmd ledger.Command, res ledger.Result) {
 
 // index brings the queue, host usage and account usage in line with j.
 func (c *Core) index(j *ledger.Job) {
-	if p, ok := c.onHost[j.ID]; ok && (!j.State.OnHost() || p.host != j.Host || p.attempt != j.Attempt) {
+	if p, ok := c.onHost[j.ID]; ok && (!j.State.OnHost() || p.host != j.Host() || p.attempt != j.Attempt) {
 		if h := c.hosts[p.host]; h != nil {
 			h.count(attemptKey{j.ID, p.attempt}, p.gpus, -1)
 		}
@@ -281,17 +281,17 @@ func (c *Core) index(j *ledger.Job) {
 		delete(c.missingSince, j.ID)
 		// The attempt ended: its estimate gives way to what it really used.
 		c.usage.add(p.account, -p.estimate, p.at)
-		if n := len(j.Attempts); n > 0 && j.Attempts[n-1].N == p.attempt {
-			c.usage.add(j.Account, attemptUsage(j.Attempts[n-1]), j.Attempts[n-1].EndedAt)
+		if n := len(j.Attempts()); n > 0 && j.Attempts()[n-1].N == p.attempt {
+			c.usage.add(j.Account, attemptUsage(j.Attempts()[n-1]), j.Attempts()[n-1].EndedAt)
 		}
 		c.queue.FixAccount(p.account)
 	}
 	if j.State.OnHost() {
 		p, ok := c.onHost[j.ID]
 		if !ok {
-			p = placement{host: j.Host, account: j.Account, gpus: j.GPUs, attempt: j.Attempt,
-				estimate: float64(j.GPUs) * j.Walltime.Seconds(), at: j.DispatchedAt}
-			if h := c.hosts[j.Host]; h != nil {
+			p = placement{host: j.Host(), account: j.Account, gpus: j.GPUs, attempt: j.Attempt,
+				estimate: float64(j.GPUs) * j.Walltime.Seconds(), at: j.DispatchedAt()}
+			if h := c.hosts[j.Host()]; h != nil {
 				h.count(attemptKey{j.ID, j.Attempt}, j.GPUs, 1)
 			}
 			c.usage.add(j.Account, p.estimate, p.at)
@@ -301,9 +301,9 @@ func (c *Core) index(j *ledger.Job) {
 			p.running = running
 			delete(c.missingSince, j.ID) // the grace restarts for the new state
 		}
-		start := j.DispatchedAt
+		start := j.DispatchedAt()
 		if p.running {
-			start = j.StartedAt
+			start = j.StartedAt()
 		}
 		p.end = start.Add(j.Walltime)
 		c.onHost[j.ID] = p
@@ -445,8 +445,8 @@ func (c *Core) retryAt(j *ledger.Job) time.Time {
 	if j.Failures == 0 {
 		return time.Time{}
 	}
-	for i := len(j.Attempts) - 1; i >= 0; i-- {
-		if a := j.Attempts[i]; a.Reason != ledger.ReasonHostBusy {
+	for i := len(j.Attempts()) - 1; i >= 0; i-- {
+		if a := j.Attempts()[i]; a.Reason != ledger.ReasonHostBusy {
 			return a.EndedAt.Add(c.cfg.Retry.Delay(j.ID, j.Failures))
 		}
 	}
@@ -510,14 +510,14 @@ func (c *Core) Decide(s *ledger.State, now time.Time) []ledger.Command {
 			p.Take() // stale entry
 			continue
 		}
-		if wide := c.widest(j.GPUModel, largest, widest); len(c.hosts) > 0 && j.GPUs > wide {
+		if wide := c.widest(j.GPUModel(), largest, widest); len(c.hosts) > 0 && j.GPUs > wide {
 			since, seen := c.unplaceableSince[j.ID]
 			if !seen {
 				since = now
 				c.unplaceableSince[j.ID] = now
 			}
 			if now.Sub(since) >= c.cfg.UnplaceableAfter {
-				out = append(out, ledger.Unplaceable{Job: j.ID, Message: c.unplaceableMessage(j.GPUs, j.GPUModel, wide)})
+				out = append(out, ledger.Unplaceable{Job: j.ID, Message: c.unplaceableMessage(j.GPUs, j.GPUModel(), wide)})
 				p.Take()
 			}
 			continue
@@ -589,7 +589,7 @@ func (c *Core) place(j *ledger.Job, now time.Time, shadow *Shadow) *hostState {
 	var best *hostState
 	for _, h := range c.hosts {
 		f := h.free()
-		if f < j.GPUs || c.backedOff(h.name, now) || !modelMatches(h.model, j.GPUModel) {
+		if f < j.GPUs || c.backedOff(h.name, now) || !modelMatches(h.model, j.GPUModel()) {
 			continue
 		}
 		if shadow != nil && shadow.rulesOut(h.name, j, now) {
@@ -655,7 +655,7 @@ func (ends endings) add(host string, e ending) {
 func (c *Core) shadow(j *ledger.Job, now time.Time, ends endings) *Shadow {
 	var best *Shadow
 	for _, h := range c.hosts {
-		if h.capacity < j.GPUs || !modelMatches(h.model, j.GPUModel) {
+		if h.capacity < j.GPUs || !modelMatches(h.model, j.GPUModel()) {
 			continue
 		}
 		// Stray GPUs (held by an attempt the ledger has ended, as a

@@ -155,8 +155,8 @@ func TestUnplaceableAfterGrace(t *testing.T) {
 	if u, ok := cmds[0].(ledger.Unplaceable); !ok || u.Job != "wide" {
 		t.Fatalf("verdict = %+v", cmds[0])
 	}
-	if j := h.l.Job("wide"); j.State != ledger.StateFailed || j.Reason != ledger.ReasonUnplaceable {
-		t.Errorf("job after verdict: %s %s", j.State, j.Reason)
+	if j := h.l.Job("wide"); j.State != ledger.StateFailed || j.Reason() != ledger.ReasonUnplaceable {
+		t.Errorf("job after verdict: %s %s", j.State, j.Reason())
 	}
 }
 

@@ -47,11 +47,11 @@ func gateBlockers(s *ledger.State, j *ledger.Job) []Blocker {
 	if j.Paused {
 		out = append(out, Blocker{Kind: "user_hold", Message: "its owner holds it: it keeps its reservation and is not dispatched until released (gpuq release " + j.ID + ")"})
 	}
-	if len(j.WaitingOn) > 0 {
+	if len(j.WaitingOn()) > 0 {
 		var parts []string
-		for _, id := range j.WaitingOn {
+		for _, id := range j.WaitingOn() {
 			how := "to end, however it ends (afterany)"
-			if slices.Contains(j.After, id) {
+			if slices.Contains(j.After(), id) {
 				how = "to succeed (afterok)"
 			}
 			state := "unknown"
@@ -77,7 +77,7 @@ func (c *Core) waitingGated(s *ledger.State, limit int) []Waiting {
 			continue
 		}
 		w := Waiting{Job: j.ID, Account: j.Account, State: j.State, Blockers: gateBlockers(s, j)}
-		w.key = blockersKey(w.Blockers, strings.Join(j.WaitingOn, ",")+fmt.Sprint(j.Paused))
+		w.key = blockersKey(w.Blockers, strings.Join(j.WaitingOn(), ",")+fmt.Sprint(j.Paused))
 		out = append(out, w)
 	}
 	return out

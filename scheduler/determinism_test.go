@@ -149,7 +149,7 @@ func genDetCase(rt *rapid.T) detCase {
 		next := 0
 		for _, id := range slices.Sorted(maps.Keys(l.State.Jobs)) {
 			j := l.State.Jobs[id]
-			if j.Host != name || j.State != ledger.StateRunning {
+			if j.Host() != name || j.State != ledger.StateRunning {
 				continue
 			}
 			hb.Running = append(hb.Running, wire.Running{Job: j.ID, Attempt: j.Attempt})

@@ -80,7 +80,7 @@ func (c *Core) Waiting(s *ledger.State, now time.Time, limit int) ([]Waiting, in
 			if j := s.Jobs[jid]; j != nil && j.State == ledger.StateHeld {
 				// As Explain says of it: the credits, and any gate too.
 				w := Waiting{Job: j.ID, Account: j.Account, State: j.State, Blockers: append(explainHeld(s, j, now), gateBlockers(s, j)...)}
-				w.key = blockersKey(w.Blockers, strings.Join(j.WaitingOn, ",")+fmt.Sprint(j.Paused))
+				w.key = blockersKey(w.Blockers, strings.Join(j.WaitingOn(), ",")+fmt.Sprint(j.Paused))
 				out = append(out, w)
 				held++
 			}
@@ -194,7 +194,7 @@ func (c *Core) waiting(s *ledger.State, j *ledger.Job, now time.Time, hv *hostVi
 	}
 	if at := c.retryAt(j); now.Before(at) {
 		add("backoff", at.String(), "attempt %d waits out its retry delay until %s after %s",
-			j.Attempt+1, at.UTC().Format(time.RFC3339), j.Reason)
+			j.Attempt+1, at.UTC().Format(time.RFC3339), j.Reason())
 	}
 	if a := s.Accounts[j.Account]; a != nil {
 		u := c.perAcct[j.Account]
@@ -206,16 +206,16 @@ func (c *Core) waiting(s *ledger.State, j *ledger.Job, now time.Time, hv *hostVi
 			add(string(b.Reason), "", "%s", b.Message())
 		}
 	}
-	v := hv.of(c, j.GPUs, j.GPUModel, now)
+	v := hv.of(c, j.GPUs, j.GPUModel(), now)
 	largest, mostFree, freest, strayed, backedOff, roomNow := v.largest, v.mostFree, v.freest, v.strayed, v.backedOff, v.roomNow
 	switch {
 	case len(hv.hosts) == 0:
 		add("no_hosts", "", "no worker is heartbeating: start a worker (gpuq worker) or check its connection")
 	case v.matching == 0:
 		models := liveModels(hv.hosts)
-		add("no_matching_host", models, "it needs GPU model %q; no live host has it (live hosts have %s; it fails as unplaceable if no such host joins)", j.GPUModel, models)
-	case j.GPUs > largest && j.GPUModel != "":
-		add("too_wide", fmt.Sprint(largest), "it needs %d GPUs of model %q; the largest live host with that model has %d (it fails as unplaceable if no larger host joins)", j.GPUs, j.GPUModel, largest)
+		add("no_matching_host", models, "it needs GPU model %q; no live host has it (live hosts have %s; it fails as unplaceable if no such host joins)", j.GPUModel(), models)
+	case j.GPUs > largest && j.GPUModel() != "":
+		add("too_wide", fmt.Sprint(largest), "it needs %d GPUs of model %q; the largest live host with that model has %d (it fails as unplaceable if no larger host joins)", j.GPUs, j.GPUModel(), largest)
 	case j.GPUs > largest:
 		add("too_wide", fmt.Sprint(largest), "it needs %d GPUs; the largest live host has %d (it fails as unplaceable if no larger host joins)", j.GPUs, largest)
 	case mostFree < j.GPUs && freest == "":

@@ -197,14 +197,14 @@ func (t *term) observe(e LogEntry, cmd ledger.Command, res ledger.Result, began 
 			}
 		case ledger.JobEvent:
 			j := t.state.Jobs[ef.Job]
-			if j == nil || j.StartedAt.IsZero() {
+			if j == nil || j.StartedAt().IsZero() {
 				continue
 			}
 			switch {
 			case ef.Type == ledger.EventStarted:
-				m.JobStarted(ef.Account, j.StartedAt.Sub(j.SubmittedAt))
+				m.JobStarted(ef.Account, j.StartedAt().Sub(j.SubmittedAt))
 			case ef.State.Terminal() && (ef.Type == ledger.EventSucceeded || ef.Type == ledger.EventFailed || ef.Type == ledger.EventCancelled):
-				m.JobEnded(ef.Account, ef.State, j.EndedAt.Sub(j.StartedAt))
+				m.JobEnded(ef.Account, ef.State, j.EndedAt().Sub(j.StartedAt()))
 			}
 		}
 	}

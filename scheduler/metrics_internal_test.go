@@ -42,9 +42,9 @@ func TestQueueCountsFollowTheFold(t *testing.T) {
 		case r == 1:
 			c = ledger.Dispatch{Job: id, Attempt: j.Attempt + 1, Host: "h1"}
 		case r == 2:
-			c = ledger.Report{Type: ledger.ReportStarted, Host: j.Host, Job: id, Attempt: j.Attempt, Devices: []string{"GPU-1"}}
+			c = ledger.Report{Type: ledger.ReportStarted, Host: j.Host(), Job: id, Attempt: j.Attempt, Devices: []string{"GPU-1"}}
 		case r == 3:
-			c = ledger.Report{Type: ledger.ReportDone, Host: j.Host, Job: id, Attempt: j.Attempt, ExitCode: rng.IntN(2), Runtime: time.Minute}
+			c = ledger.Report{Type: ledger.ReportDone, Host: j.Host(), Job: id, Attempt: j.Attempt, ExitCode: rng.IntN(2), Runtime: time.Minute}
 		case r == 4:
 			c = ledger.Cancel{Account: j.Account, Job: id}
 		case r == 5:

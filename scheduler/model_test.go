@@ -123,8 +123,8 @@ func TestUnknownModelIsExplainedThenUnplaceable(t *testing.T) {
 	if !ok || u.Job != "j" || !strings.Contains(u.Message, `needs GPU model "NVIDIA B200"`) {
 		t.Fatalf("verdict = %+v", cmds[0])
 	}
-	if j := h.l.Job("j"); j.State != ledger.StateFailed || j.Reason != ledger.ReasonUnplaceable || j.Reserved != 0 {
-		t.Errorf("job after verdict: %s %s reserved %d", j.State, j.Reason, j.Reserved)
+	if j := h.l.Job("j"); j.State != ledger.StateFailed || j.Reason() != ledger.ReasonUnplaceable || j.Reserved != 0 {
+		t.Errorf("job after verdict: %s %s reserved %d", j.State, j.Reason(), j.Reserved)
 	}
 	wantAvailable(t, h.l, 100)
 }

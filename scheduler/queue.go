@@ -32,9 +32,19 @@ type QueueItem struct {
 	SubmitSeq uint64
 }
 
+// item is a queued job. It names its account by the account's queue, not
+// by a string of its own: a takeover of a million pending jobs holds a
+// million items, and the pointer keeps each in a 48-byte size class.
 type item struct {
-	QueueItem
-	dead bool
+	Job       string
+	Priority  int
+	SubmitSeq uint64
+	acct      *accountQueue // the queue it was pushed to; its id is the account
+	dead      bool
+}
+
+func (x *item) queueItem() QueueItem {
+	return QueueItem{Job: x.Job, Account: x.acct.id, Priority: x.Priority, SubmitSeq: x.SubmitSeq}
 }
 
 type accountQueue struct {
@@ -69,13 +79,13 @@ func (q *Queue) Push(it QueueItem) {
 	if q.index[it.Job] != nil {
 		return
 	}
-	x := &item{QueueItem: it}
-	q.index[it.Job] = x
 	aq := q.accounts[it.Account]
 	if aq == nil {
 		aq = &accountQueue{id: it.Account, pos: -1}
 		q.accounts[it.Account] = aq
 	}
+	x := &item{Job: it.Job, Priority: it.Priority, SubmitSeq: it.SubmitSeq, acct: aq}
+	q.index[it.Job] = x
 	heap.Push(&aq.items, x)
 	q.fixHead(aq)
 }
@@ -90,7 +100,7 @@ func (q *Queue) Remove(job string) {
 	}
 	x.dead = true
 	delete(q.index, job)
-	if aq := q.accounts[x.Account]; aq != nil && len(aq.items) > 0 && aq.items[0] == x {
+	if aq := q.accounts[x.acct.id]; aq != nil && len(aq.items) > 0 && aq.items[0] == x {
 		q.fixHead(aq)
 	}
 }
@@ -100,7 +110,7 @@ func (q *Queue) Peek() (QueueItem, bool) {
 	for len(q.heads.items) > 0 {
 		aq := q.heads.items[0]
 		if x := aq.top(); x != nil {
-			return x.QueueItem, true
+			return x.queueItem(), true
 		}
 		q.fixHead(aq) // the account emptied out: drop it from the heads
 	}
@@ -231,11 +241,12 @@ func (p *Pass) End() {
 		if x.dead {
 			continue
 		}
-		aq := p.q.accounts[x.Account]
+		aq := p.q.accounts[x.acct.id]
 		if aq == nil {
-			aq = &accountQueue{id: x.Account, pos: -1}
-			p.q.accounts[x.Account] = aq
+			aq = &accountQueue{id: x.acct.id, pos: -1}
+			p.q.accounts[aq.id] = aq
 		}
+		x.acct = aq
 		heap.Push(&aq.items, x)
 		p.q.fixHead(aq)
 	}
@@ -286,13 +297,13 @@ func (h *headHeap) Less(i, j int) bool {
 	if a.Priority != b.Priority {
 		return a.Priority > b.Priority
 	}
-	if sa, sb := h.share(a.Account), h.share(b.Account); sa != sb {
+	if sa, sb := h.share(a.acct.id), h.share(b.acct.id); sa != sb {
 		return sa < sb
 	}
 	if a.SubmitSeq != b.SubmitSeq {
 		return a.SubmitSeq < b.SubmitSeq
 	}
-	return a.Account < b.Account
+	return a.acct.id < b.acct.id
 }
 func (h *headHeap) Swap(i, j int) {
 	h.items[i], h.items[j] = h.items[j], h.items[i]

@@ -127,7 +127,7 @@ func refusalsFrom(s *ledger.State) map[string]*refusals {
 	}
 	var refs, starts, fails, ends []mark
 	for _, j := range s.Jobs {
-		for _, a := range j.Attempts {
+		for _, a := range j.Attempts() {
 			if !a.StartedAt.IsZero() {
 				starts = append(starts, mark{a.Host, a.StartedAt})
 			}
@@ -141,7 +141,7 @@ func refusalsFrom(s *ledger.State) map[string]*refusals {
 			}
 		}
 		if j.State == ledger.StateRunning {
-			starts = append(starts, mark{j.Host, j.StartedAt})
+			starts = append(starts, mark{j.Host(), j.StartedAt()})
 		}
 	}
 	out := map[string]*refusals{}
@@ -236,17 +236,17 @@ func (c *Core) observeReport(j *ledger.Job, r ledger.Report) {
 		return
 	}
 	rs := c.refused[r.Host]
-	n := len(j.Attempts)
+	n := len(j.Attempts())
 	var last ledger.Attempt
 	if n > 0 {
-		last = j.Attempts[n-1]
+		last = j.Attempts()[n-1]
 	}
 	switch {
 	case r.Type == ledger.ReportStarted:
 		if rs == nil {
 			return // nothing to start again
 		}
-		rs.refused.reset(j.StartedAt)
+		rs.refused.reset(j.StartedAt())
 	case n == 0 || last.Host != r.Host:
 		return
 	case r.Type == ledger.ReportRejected && refused(last):

@@ -396,7 +396,7 @@ func TestStaleStartBecomesACancelOrder(t *testing.T) {
 	orders(h.apply(stale), h.l.Seq, first, 1)
 	orders(h.apply(stale), h.l.Seq, first, 1) // started again, later
 	orders(h.apply(ledger.Cancel{Account: "a", Job: "j"}), h.l.Seq, other, 2)
-	if j := h.l.Job("j"); j.State != ledger.StateRunning || j.Host != other || j.Attempt != 2 {
-		t.Errorf("the stale starts moved the job: %s on %s attempt %d", j.State, j.Host, j.Attempt)
+	if j := h.l.Job("j"); j.State != ledger.StateRunning || j.Host() != other || j.Attempt != 2 {
+		t.Errorf("the stale starts moved the job: %s on %s attempt %d", j.State, j.Host(), j.Attempt)
 	}
 }

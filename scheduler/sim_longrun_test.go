@@ -338,11 +338,11 @@ func (r *longRun) checkDay(d int) int {
 			if at := r.submitted[id]; now.Sub(at) >= lrMaxLife {
 				t.Fatalf("day %d: job %s, submitted %v ago, is still %s", d, id, now.Sub(at), j.State)
 			}
-		case now.Before(j.EndedAt.Add(lrRetention)):
+		case now.Before(j.EndedAt().Add(lrRetention)):
 			recent++
 		default:
 			t.Fatalf("day %d: job %s ended %v ago (%s), past the retention of %v, and is still in the state",
-				d, id, now.Sub(j.EndedAt), j.State, lrRetention)
+				d, id, now.Sub(j.EndedAt()), j.State, lrRetention)
 		}
 	}
 	window := now.Add(-lrRetention - lrMaxLife)

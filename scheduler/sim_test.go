@@ -482,7 +482,7 @@ func TestSimMeteredCharges(t *testing.T) {
 			t.Fatalf("%s is %s", id, j.State)
 		}
 		spec := s.jobs[id]
-		last := j.Attempts[len(j.Attempts)-1]
+		last := j.Attempts()[len(j.Attempts())-1]
 		price := prices[s.hosts[last.Host].model]
 		secs := new(big.Int).SetInt64(int64((spec.runtime + time.Second - 1) / time.Second))
 		full := new(big.Int).Mul(big.NewInt(int64(j.GPUs)), secs)
@@ -496,7 +496,7 @@ func TestSimMeteredCharges(t *testing.T) {
 		if got := int64(j.Charged); got != want {
 			t.Errorf("%s: %d GPUs, %v on %s at %d: charged %d, want %d", id, j.GPUs, spec.runtime, last.Host, price, got, want)
 		}
-		for _, a := range j.Attempts[:len(j.Attempts)-1] {
+		for _, a := range j.Attempts()[:len(j.Attempts())-1] {
 			if a.Charged != 0 {
 				t.Errorf("%s: infrastructure-failed attempt %d was charged %d", id, a.N, a.Charged)
 			}
@@ -616,8 +616,8 @@ func TestSimRetriesFollowThePolicy(t *testing.T) {
 		t.Errorf("third-time: %s charged %d", j.State, j.Charged)
 	}
 	g := s.l.Job("gives-up")
-	if g.State != ledger.StateFailed || g.Reason != ledger.ReasonAttemptsExhausted || len(g.Attempts) != 2 || g.Charged != 0 {
-		t.Errorf("gives-up: %s %s, %d attempts, charged %d", g.State, g.Reason, len(g.Attempts), g.Charged)
+	if g.State != ledger.StateFailed || g.Reason() != ledger.ReasonAttemptsExhausted || len(g.Attempts()) != 2 || g.Charged != 0 {
+		t.Errorf("gives-up: %s %s, %d attempts, charged %d", g.State, g.Reason(), len(g.Attempts()), g.Charged)
 	}
 	if a := s.l.Account("a"); a.Balance != 900 || a.Reserved != 0 {
 		t.Errorf("account: %+v", a)

@@ -136,7 +136,7 @@ func lateWorkersRun(t *testing.T, seed uint64, d time.Duration) (*sim, int) {
 			w := workers[o.Host]
 			at := simAttempt{o.Job, o.Attempt}
 			if r, ok := w.running[at]; ok {
-				if j := s.l.Job(o.Job); j.Attempt != o.Attempt || j.Host != o.Host {
+				if j := s.l.Job(o.Job); j.Attempt != o.Attempt || j.Host() != o.Host {
 					staleCancelled++
 				}
 				r.stop()
@@ -177,7 +177,7 @@ func lateWorkersRun(t *testing.T, seed uint64, d time.Duration) (*sim, int) {
 		w := workers["h1"]
 		w.up = true
 		for _, o := range stale {
-			if j := s.l.Job(o.Job); j.Attempt == o.Attempt && j.Host == o.Host {
+			if j := s.l.Job(o.Job); j.Attempt == o.Attempt && j.Host() == o.Host {
 				t.Fatalf("seed %d: %s attempt %d is still current on h1 two minutes after the crash", seed, o.Job, o.Attempt)
 			}
 			staleStarts++
@@ -189,10 +189,10 @@ func lateWorkersRun(t *testing.T, seed uint64, d time.Duration) (*sim, int) {
 	for _, id := range ids {
 		j := s.l.Job(id)
 		if j.State != ledger.StateSucceeded {
-			t.Fatalf("seed %d: %s is %s (%s): %+v", seed, id, j.State, j.Message, j.Attempts)
+			t.Fatalf("seed %d: %s is %s (%s): %+v", seed, id, j.State, j.Message(), j.Attempts())
 		}
 		if j.BusyRefusals != 0 || j.Failures > 1 {
-			t.Errorf("seed %d: %s has %d busy refusals and %d failures: %+v", seed, id, j.BusyRefusals, j.Failures, j.Attempts)
+			t.Errorf("seed %d: %s has %d busy refusals and %d failures: %+v", seed, id, j.BusyRefusals, j.Failures, j.Attempts())
 		}
 	}
 	if refusals != 0 {

@@ -65,7 +65,7 @@ func Explain(s *ledger.State, hosts []wire.Heartbeat, id string, now time.Time, 
 	}
 	if at := core.retryAt(j); now.Before(at) {
 		add("backoff", "attempt %d waits out its retry delay until %s (%s from now) after %s",
-			j.Attempt+1, at.UTC().Format(time.RFC3339), at.Sub(now).Round(time.Second), j.Reason)
+			j.Attempt+1, at.UTC().Format(time.RFC3339), at.Sub(now).Round(time.Second), j.Reason())
 	}
 	for _, b := range ledger.CapBlocks(s.Accounts[j.Account], ledger.Running{}, j.GPUs) {
 		add(string(b.Reason), "%s", b.Message())
@@ -73,7 +73,7 @@ func Explain(s *ledger.State, hosts []wire.Heartbeat, id string, now time.Time, 
 	used := map[string]int{}
 	for _, o := range s.Jobs {
 		if o.State.OnHost() {
-			used[o.Host] += o.GPUs
+			used[o.Host()] += o.GPUs
 		}
 	}
 	byName := slices.SortedFunc(slices.Values(hosts), func(a, b wire.Heartbeat) int { return cmp.Compare(a.Host, b.Host) })
@@ -83,7 +83,7 @@ func Explain(s *ledger.State, hosts []wire.Heartbeat, id string, now time.Time, 
 	matching := 0          // hosts of the model the job asks for
 	for _, h := range byName {
 		hs := core.hosts[h.Host]
-		if !modelMatches(hs.model, j.GPUModel) {
+		if !modelMatches(hs.model, j.GPUModel()) {
 			continue // the job cannot run there at all
 		}
 		matching++
@@ -108,9 +108,9 @@ func Explain(s *ledger.State, hosts []wire.Heartbeat, id string, now time.Time, 
 		add("no_hosts", "no worker is heartbeating: start a worker (gpuq worker) or check its connection")
 	case matching == 0:
 		add("no_matching_host", "it needs GPU model %q; no live host has it (live hosts have %s; it fails as unplaceable if no such host joins)",
-			j.GPUModel, liveModels(core.hostList()))
-	case j.GPUs > largest && j.GPUModel != "":
-		add("too_wide", "it needs %d GPUs of model %q; the largest live host with that model has %d (it fails as unplaceable if no larger host joins)", j.GPUs, j.GPUModel, largest)
+			j.GPUModel(), liveModels(core.hostList()))
+	case j.GPUs > largest && j.GPUModel() != "":
+		add("too_wide", "it needs %d GPUs of model %q; the largest live host with that model has %d (it fails as unplaceable if no larger host joins)", j.GPUs, j.GPUModel(), largest)
 	case j.GPUs > largest:
 		add("too_wide", "it needs %d GPUs; the largest live host has %d (it fails as unplaceable if no larger host joins)", j.GPUs, largest)
 	case mostFree < j.GPUs && freest == "":
@@ -176,7 +176,7 @@ func Explain(s *ledger.State, hosts []wire.Heartbeat, id string, now time.Time, 
 		sh := shadows[id]
 		room, allowed := false, false
 		for _, h := range hosts {
-			if h.Capacity()-used[h.Host] >= j.GPUs && modelMatches(hostModel(h), j.GPUModel) {
+			if h.Capacity()-used[h.Host] >= j.GPUs && modelMatches(hostModel(h), j.GPUModel()) {
 				room = true
 				allowed = allowed || !sh.rulesOut(h.Host, j, now)
 			}

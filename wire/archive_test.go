@@ -49,8 +49,7 @@ func TestHistoryRoundTrip(t *testing.T) {
 	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	code := 0
 	j := &ledger.Job{ID: "train-42", Account: "vision", GPUs: 1, Cost: 10, Charged: 10, Command: []string{"true"},
-		Walltime: time.Hour, MaxAttempts: 3, State: ledger.StateSucceeded, Attempt: 1, Host: "h1",
-		ExitCode: &code, SubmitSeq: 3, SubmittedAt: at, EndedAt: at.Add(time.Minute), Seq: 9}
+		Walltime: time.Hour, MaxAttempts: 3, State: ledger.StateSucceeded, Attempt: 1, SubmitSeq: 3, SubmittedAt: at, Seq: 9, JobOutcome: &ledger.JobOutcome{Host: "h1", ExitCode: &code, EndedAt: at.Add(time.Minute)}}
 	msg, err := wire.EncodeEffect(n, 40, at.Add(time.Hour), 1, ledger.ArchivedJob{Job: j})
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +68,7 @@ func TestHistoryRoundTrip(t *testing.T) {
 		t.Errorf("a record under another account's subject: %v, want refused", err)
 	}
 	running := *j
-	running.State, running.ExitCode = ledger.StateRunning, nil
+	running.State, running.EditOutcome().ExitCode = ledger.StateRunning, nil
 	bad, _ := wire.EncodeEffect(n, 41, at, 0, ledger.ArchivedJob{Job: &running})
 	if _, err := wire.DecodeHistory(n, "", bad.Data); err == nil {
 		t.Error("a history record of a running job decoded")

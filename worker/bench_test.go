@@ -278,7 +278,7 @@ func driveJobs(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValu
 		seq++
 		id := fmt.Sprintf("r%d-j%d", round, next)
 		rec, err := ledger.MarshalJob(&ledger.Job{ID: id, Account: "a", GPUs: 1, Command: []string{"true"},
-			Walltime: time.Minute, MaxAttempts: 3, State: ledger.StateDispatched, Attempt: 1, Host: "h1"})
+			Walltime: time.Minute, MaxAttempts: 3, State: ledger.StateDispatched, Attempt: 1, JobOutcome: &ledger.JobOutcome{Host: "h1"}})
 		if err != nil {
 			return err
 		}

@@ -122,7 +122,7 @@ func (b *fakeBus) Job(_ context.Context, id string) (*ledger.Job, error) {
 	if !ok {
 		return nil, nil
 	}
-	return &ledger.Job{ID: id, Account: d.Account, GPUs: d.GPUs, Attempt: d.Attempt, Host: d.Host, State: ledger.StateDispatched}, nil
+	return &ledger.Job{ID: id, Account: d.Account, GPUs: d.GPUs, Attempt: d.Attempt, State: ledger.StateDispatched, JobOutcome: &ledger.JobOutcome{Host: d.Host}}, nil
 }
 
 func (b *fakeBus) Report(_ context.Context, r ledger.Report) error {

@@ -116,7 +116,7 @@ func dispatchOrder(job string, attempt, gpus int, command ...string) ledger.Disp
 func TestOrderRunsOnlyWhileCurrent(t *testing.T) {
 	t.Parallel()
 	rec := func(attempt int, st ledger.JobState, host string) *ledger.Job {
-		return &ledger.Job{ID: "j", Account: "a", GPUs: 1, Attempt: attempt, State: st, Host: host}
+		return &ledger.Job{ID: "j", Account: "a", GPUs: 1, Attempt: attempt, State: st, JobOutcome: &ledger.JobOutcome{Host: host}}
 	}
 	always := func(j *ledger.Job) func(int) (*ledger.Job, error) {
 		return func(int) (*ledger.Job, error) { return j, nil }

@@ -666,10 +666,10 @@ func (w *Worker) current(run context.Context, a Attempt) (bool, string, error) {
 			lag = fmt.Sprintf("the job's record is at attempt %d", j.Attempt)
 		default:
 			w.records.ok()
-			if j.Attempt == a.N && j.Host == w.cfg.Host && j.State == ledger.StateDispatched {
+			if j.Attempt == a.N && j.Host() == w.cfg.Host && j.State == ledger.StateDispatched {
 				return true, "", nil
 			}
-			host := j.Host
+			host := j.Host()
 			if host == "" {
 				host = "no host"
 			}

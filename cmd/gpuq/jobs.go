@@ -326,9 +326,9 @@ type jobRow struct {
 }
 
 func rowOf(j *ledger.Job) jobRow {
-	return jobRow{ID: j.ID, Name: j.Name, Account: j.Account, State: j.State, Priority: j.Priority, GPUs: j.GPUs,
-		Cost: j.Cost, Reserved: j.Reserved, Charged: j.Charged, Attempt: j.Attempt, Host: j.Host, Reason: j.Reason,
-		Submitted: j.SubmittedAt, Ended: j.EndedAt, ArrayID: j.ArrayID, ArrayIndex: j.ArrayIndex}
+	return jobRow{ID: j.ID, Name: j.Name(), Account: j.Account, State: j.State, Priority: j.Priority, GPUs: j.GPUs,
+		Cost: j.Cost, Reserved: j.Reserved, Charged: j.Charged, Attempt: j.Attempt, Host: j.Host(), Reason: j.Reason(),
+		Submitted: j.SubmittedAt, Ended: j.EndedAt(), ArrayID: j.ArrayID(), ArrayIndex: j.ArrayIndex()}
 }
 
 func runJobs(ctx context.Context, e *env, args []string) error {
@@ -452,11 +452,11 @@ func listJobs(ctx context.Context, e *env, s *session, filter client.JobFilter, 
 // jobView is a job as job --output json prints it: the ledger's record
 // with its durations as strings, and when it left the ledger if it did.
 type jobView struct {
-	*ledger.Job
-	Walltime    string    `json:"walltime"`
-	Runtime     string    `json:"runtime,omitempty"` // once it has ended; runtime_ms counts the same in milliseconds
-	ArchivedAt  time.Time `json:"archived_at,omitzero"`
-	ArchivedSeq uint64    `json:"archived_seq,omitempty"`
+	ledger.JobRecord           // not a *ledger.Job, whose MarshalJSON would leave out the fields below
+	Walltime         string    `json:"walltime"`
+	Runtime          string    `json:"runtime,omitempty"` // once it has ended; runtime_ms counts the same in milliseconds
+	ArchivedAt       time.Time `json:"archived_at,omitzero"`
+	ArchivedSeq      uint64    `json:"archived_seq,omitempty"`
 }
 
 // parseTime reads a --since or --until value: a date (2026-11-01, local
@@ -491,9 +491,9 @@ func runJob(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if e.output == "json" {
-		v := jobView{Job: j, Walltime: j.Walltime.String()}
-		if j.ExitCode != nil {
-			v.Runtime = (time.Duration(j.RuntimeMS) * time.Millisecond).String()
+		v := jobView{JobRecord: j.Record(), Walltime: j.Walltime.String()}
+		if j.ExitCode() != nil {
+			v.Runtime = (time.Duration(j.RuntimeMS()) * time.Millisecond).String()
 		}
 		if archived != nil {
 			// The record as the ledger held it, with when it left.
@@ -503,31 +503,31 @@ func runJob(ctx context.Context, e *env, args []string) error {
 	}
 	w := e.stdout
 	fmt.Fprintf(w, "job       %s\n", j.ID)
-	if j.Name != "" {
-		fmt.Fprintf(w, "name      %s\n", j.Name)
+	if j.Name() != "" {
+		fmt.Fprintf(w, "name      %s\n", j.Name())
 	}
 	fmt.Fprintf(w, "account   %s\nstate     %s", j.Account, j.State)
-	if j.Reason != "" {
-		fmt.Fprintf(w, " (%s)", j.Reason)
+	if j.Reason() != "" {
+		fmt.Fprintf(w, " (%s)", j.Reason())
 	}
 	fmt.Fprintln(w)
 	if archived != nil {
 		fmt.Fprintf(w, "archived  %s (command %d): the ledger no longer holds it; this is its final record, from the history\n",
 			when(archived.ArchivedAt), archived.Seq)
 	}
-	if j.Message != "" {
-		fmt.Fprintf(w, "why       %s\n", j.Message)
+	if j.Message() != "" {
+		fmt.Fprintf(w, "why       %s\n", j.Message())
 	}
 	fmt.Fprintf(w, "command   %s\n", strings.Join(j.Command, " "))
 	fmt.Fprintf(w, "asks      %d GPUs, priority %d, walltime %v, %d attempts at most\n", j.GPUs, j.Priority, j.Walltime, j.MaxAttempts)
-	if j.GPUModel != "" {
-		fmt.Fprintf(w, "model     %s (only hosts whose every GPU is this model)\n", j.GPUModel)
+	if j.GPUModel() != "" {
+		fmt.Fprintf(w, "model     %s (only hosts whose every GPU is this model)\n", j.GPUModel())
 	}
-	if j.Workdir != "" {
-		fmt.Fprintf(w, "workdir   %s\n", j.Workdir)
+	if j.Workdir() != "" {
+		fmt.Fprintf(w, "workdir   %s\n", j.Workdir())
 	}
-	if j.ArrayID != "" {
-		fmt.Fprintf(w, "array     task %d of array %s (gpuq jobs --array %s)\n", j.ArrayIndex, j.ArrayID, j.ArrayID)
+	if j.ArrayID() != "" {
+		fmt.Fprintf(w, "array     task %d of array %s (gpuq jobs --array %s)\n", j.ArrayIndex(), j.ArrayID(), j.ArrayID())
 	}
 	pricing := "fixed cost"
 	if j.Metered {
@@ -538,21 +538,21 @@ func runJob(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(w, "credits   cost %d, reserved now %d, charged %d (%s)\n", j.Cost, j.Reserved, j.Charged, pricing)
 	if j.Attempt > 0 {
-		fmt.Fprintf(w, "attempt   %d on %s", j.Attempt, dash(j.Host))
-		if len(j.Devices) > 0 {
-			fmt.Fprintf(w, " with %s", strings.Join(j.Devices, ","))
+		fmt.Fprintf(w, "attempt   %d on %s", j.Attempt, dash(j.Host()))
+		if len(j.Devices()) > 0 {
+			fmt.Fprintf(w, " with %s", strings.Join(j.Devices(), ","))
 		}
 		fmt.Fprintln(w)
 	}
-	if j.ExitCode != nil {
-		fmt.Fprintf(w, "exit      %d after %v\n", *j.ExitCode, time.Duration(j.RuntimeMS)*time.Millisecond)
+	if j.ExitCode() != nil {
+		fmt.Fprintf(w, "exit      %d after %v\n", *j.ExitCode(), time.Duration(j.RuntimeMS())*time.Millisecond)
 	}
 	fmt.Fprintf(w, "times     submitted %s, dispatched %s, started %s, ended %s\n",
-		when(j.SubmittedAt), when(j.DispatchedAt), when(j.StartedAt), when(j.EndedAt))
-	if len(j.Attempts) > 0 {
+		when(j.SubmittedAt), when(j.DispatchedAt()), when(j.StartedAt()), when(j.EndedAt()))
+	if len(j.Attempts()) > 0 {
 		fmt.Fprintln(w, "attempts:")
 		t := newTable(w, "  #", "HOST", "OUTCOME", "REASON", "STARTED", "ENDED", "CHARGED", "MESSAGE")
-		for _, a := range j.Attempts {
+		for _, a := range j.Attempts() {
 			t.row(fmt.Sprintf("  %d", a.N), a.Host, a.Outcome, dash(string(a.Reason)), when(a.StartedAt), when(a.EndedAt), a.Charged, dash(a.Message))
 		}
 		return t.flush()

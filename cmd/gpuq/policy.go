@@ -208,10 +208,10 @@ func runRetry(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
-	sub := ledger.Submit{Account: j.Account, ID: id, Priority: j.Priority, GPUs: j.GPUs, Command: j.Command, Env: j.Env,
+	sub := ledger.Submit{Account: j.Account, ID: id, Priority: j.Priority, GPUs: j.GPUs, Command: j.Command, Env: j.Env(),
 		Walltime: j.Walltime, MaxAttempts: j.MaxAttempts, Metered: j.Metered, Hold: j.Hold}
-	sub.Name, sub.GPUModel, sub.Workdir = j.Name, j.GPUModel, j.Workdir
-	sub.ArrayID, sub.ArrayIndex = j.ArrayID, j.ArrayIndex
+	sub.Name, sub.GPUModel, sub.Workdir = j.Name(), j.GPUModel(), j.Workdir()
+	sub.ArrayID, sub.ArrayIndex = j.ArrayID(), j.ArrayIndex()
 	if !j.Metered {
 		sub.Cost = j.Cost
 	}

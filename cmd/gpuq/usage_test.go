@@ -124,15 +124,15 @@ func TestUsageReconciles(t *testing.T) {
 	var gpu time.Duration
 	for _, id := range []string{"u-ok", "u-fail", "u-meter", "u-run"} {
 		var v struct {
-			ledger.Job
+			ledger.JobRecord
 			Walltime string `json:"walltime"` // job --output json prints durations as strings
 		}
 		d.json(&v, "job", id, "--account", "team")
-		j := v.Job
+		j := v.JobRecord.Job()
 		cost += int64(j.Cost)
 		jobCharged += int64(j.Charged)
 		if j.State.Terminal() {
-			gpu += client.GPUTime(&j)
+			gpu += client.GPUTime(j)
 		}
 	}
 	if cost != tot.Reserved || jobCharged != tot.Charged || jobCharged <= 100 || jobCharged >= 100+7200 {

@@ -156,7 +156,7 @@ func TestBusSurvivesAServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &ledger.Job{ID: "j", Account: "a", GPUs: 1, Cost: 10, Command: []string{"true"}, Walltime: time.Minute,
-		MaxAttempts: 3, State: ledger.StateDispatched, Attempt: 1, Host: "h1", Reserved: 10}
+		MaxAttempts: 3, State: ledger.StateDispatched, Attempt: 1, Reserved: 10, JobOutcome: &ledger.JobOutcome{Host: "h1"}}
 	data, err := ledger.MarshalJob(rec)
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +167,7 @@ func TestBusSurvivesAServerRestart(t *testing.T) {
 	if _, err := lkv.Put(ctx, subjects.JobKey("bad"), []byte("{")); err != nil {
 		t.Fatal(err)
 	}
-	if j, err := wb.Job(ctx, "j"); err != nil || j == nil || j.Attempt != 1 || j.Host != "h1" || j.State != ledger.StateDispatched {
+	if j, err := wb.Job(ctx, "j"); err != nil || j == nil || j.Attempt != 1 || j.Host() != "h1" || j.State != ledger.StateDispatched {
 		t.Fatalf("Job(j) = %+v, %v; want attempt 1 dispatched to h1", j, err)
 	}
 	if j, err := wb.Job(ctx, "missing"); j != nil || err != nil {

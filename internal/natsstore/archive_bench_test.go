@@ -121,7 +121,7 @@ func writeArchived(b *testing.B, ctx context.Context, js jetstream.JetStream, s 
 	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	final := func(i int) *ledger.Job {
 		return &ledger.Job{ID: fmt.Sprintf("done-%07d", i), Account: "a", GPUs: 1, Cost: 5, Charged: 5, Command: []string{"python", "train.py"},
-			Walltime: time.Hour, MaxAttempts: 3, State: ledger.StateSucceeded, Attempt: 1, Host: "h1", SubmitSeq: 1, SubmittedAt: at, EndedAt: at, Seq: 1}
+			Walltime: time.Hour, MaxAttempts: 3, State: ledger.StateSucceeded, Attempt: 1, SubmitSeq: 1, SubmittedAt: at, Seq: 1, JobOutcome: &ledger.JobOutcome{Host: "h1", EndedAt: at}}
 	}
 	var futs []jetstream.PubAckFuture
 	wait := func() {

@@ -30,7 +30,7 @@ func doneJob(t *testing.T, seq uint64) (*ledger.Job, []byte) {
 	t.Helper()
 	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	j := &ledger.Job{ID: "j1", Account: "a", GPUs: 1, Cost: 5, Charged: 5, Command: []string{"true"}, Walltime: time.Hour,
-		MaxAttempts: 3, State: ledger.StateSucceeded, Attempt: 1, Host: "h1", SubmitSeq: 1, SubmittedAt: at, EndedAt: at, Seq: seq}
+		MaxAttempts: 3, State: ledger.StateSucceeded, Attempt: 1, SubmitSeq: 1, SubmittedAt: at, Seq: seq, JobOutcome: &ledger.JobOutcome{Host: "h1", EndedAt: at}}
 	data, err := ledger.MarshalJob(j)
 	if err != nil {
 		t.Fatal(err)

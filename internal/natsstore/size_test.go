@@ -110,8 +110,8 @@ func TestTheLargestRecordsAndEffectsAreStored(t *testing.T) {
 		apply(ledger.Report{Type: ledger.ReportStarted, Host: host, Job: sub.ID, Attempt: n, Devices: devices, Model: strings.Repeat("&", ledger.MaxModelBytes)})
 		apply(ledger.Report{Type: ledger.ReportDone, Host: host, Job: sub.ID, Attempt: n, Infra: reason})
 	}
-	if j := st.Jobs[sub.ID]; j.State != ledger.StateFailed || len(j.Attempts) != ledger.MaxRecordedAttempts-1 {
-		t.Fatalf("the job ended %s with %d attempts", j.State, len(j.Attempts))
+	if j := st.Jobs[sub.ID]; j.State != ledger.StateFailed || len(j.Attempts()) != ledger.MaxRecordedAttempts-1 {
+		t.Fatalf("the job ended %s with %d attempts", j.State, len(j.Attempts()))
 	}
 	prices := map[string]ledger.Credits{}
 	for i := range ledger.MaxPricedModels {

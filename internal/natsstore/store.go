@@ -47,8 +47,9 @@ type Store struct {
 	// New sets it to subjects.Default; set it before Load for another
 	// prefix.
 	Names subjects.Names
-	revs  map[string]uint64
-	seqs  map[string]uint64
+	// keys holds, by ledger key, the revision this store last read or
+	// wrote and the log sequence its value carries (0 where none is known).
+	keys map[string]stored
 	// cp is the checkpoint as last loaded or written, and refused the
 	// refusals above it.
 	cp      uint64
@@ -57,7 +58,14 @@ type Store struct {
 
 // New returns a store over kv, the ledger bucket, published to through js.
 func New(js jetstream.JetStream, kv jetstream.KeyValue) *Store {
-	return &Store{js: js, kv: kv, Names: subjects.Default, revs: map[string]uint64{}, seqs: map[string]uint64{}}
+	return &Store{js: js, kv: kv, Names: subjects.Default, keys: map[string]stored{}}
+}
+
+// stored is what a Store knows of a key's stored value: its revision and the
+// log sequence it carries. One map of both, not a map of each: a takeover
+// holds one entry per job.
+type stored struct {
+	rev, seq uint64
 }
 
 type checkpoint struct {
@@ -111,7 +119,7 @@ const loadIdleTimeout = 10 * time.Second
 
 // load is one try of Load. retry says a concurrent writer may explain err.
 func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ error) {
-	s.revs, s.seqs = map[string]uint64{}, map[string]uint64{}
+	s.keys = map[string]stored{}
 	w, err := s.kv.WatchAll(ctx)
 	if err != nil {
 		return nil, false, fmt.Errorf("watch %s: %w", s.kv.Bucket(), err)
@@ -161,14 +169,13 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 				// once rather than grow them a million times.
 				sized = true
 				n := int(min(e.Delta(), maxPresize)) + 1
-				s.revs, s.seqs, latest = make(map[string]uint64, n), make(map[string]uint64, n), make(map[string]*loaded, n)
+				latest = make(map[string]*loaded, n)
 			}
 			seen = max(seen, e.Revision())
 			// The key is a part of the message's subject: a copy of its
 			// own, kept by the store's maps for the term, lets the
 			// subject go.
 			key := strings.Clone(e.Key())
-			s.revs[key] = e.Revision()
 			if e.Operation() == jetstream.KeyValuePut {
 				l := &loaded{e: e}
 				latest[key] = l
@@ -183,7 +190,7 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 			}
 			idle.Reset(loadIdleTimeout)
 		case <-idle.C:
-			return nil, false, fmt.Errorf("watch %s: no value for %v after %d (last seen %d of %d)", s.kv.Bucket(), loadIdleTimeout, len(s.revs), seen, last)
+			return nil, false, fmt.Errorf("watch %s: no value for %v after %d (last seen %d of %d)", s.kv.Bucket(), loadIdleTimeout, len(latest)+len(removed), seen, last)
 		case <-ctx.Done():
 			return nil, false, ctx.Err()
 		}
@@ -220,6 +227,10 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 		}
 		return limit, nil
 	}
+	// The revisions are recorded once the watch is done, with the
+	// sequences: one map write per key.
+	s.keys = make(map[string]stored, len(latest)+len(removed))
+	accounts := map[string]string{}
 	for key, l := range latest {
 		e := l.e
 		var kind, id string
@@ -228,20 +239,30 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 			if l.err != nil {
 				return nil, false, foreign(e, l.err)
 			}
-			kind, id, seq = "job", l.job.ID, l.job.Seq
+			kind, id, seq = "job", l.id, l.job.Seq
+			// The job's id and account are the key's (a part of it, as
+			// the decoder left it) and one string per account (each
+			// decoder has its own), not copies of their own: what a
+			// pending job costs is most of what a takeover holds.
+			if a, ok := accounts[l.job.Account]; ok {
+				l.job.Account = a
+			} else {
+				accounts[l.job.Account] = l.job.Account
+			}
 			view.State.Jobs[id] = l.job
 		} else {
 			kind, id, err = subjects.ParseKey(key)
 			if key == subjects.PricingKey {
 				kind = "pricing"
 			} else if err != nil || kind == "sched" {
+				s.keys[key] = stored{rev: e.Revision()}
 				continue
 			}
 			if seq, err = s.add(view.State, kind, id, e.Value()); err != nil {
 				return nil, false, foreign(e, err)
 			}
 		}
-		s.seqs[key] = seq
+		s.keys[key] = stored{rev: e.Revision(), seq: seq}
 		view.Ahead = max(view.Ahead, seq)
 		if seq > view.Checkpoint {
 			if err := s.rewind(ctx, view.State, kind, id, key, view.Checkpoint, history); err != nil {
@@ -250,6 +271,7 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 		}
 	}
 	for key, e := range removed {
+		s.keys[key] = stored{rev: e.Revision()}
 		if err := s.unarchive(ctx, view, key, e); err != nil {
 			return nil, false, err
 		}
@@ -258,6 +280,13 @@ func (s *Store) load(ctx context.Context) (_ *scheduler.View, retry bool, _ erro
 		return nil, view.Ahead > view.Checkpoint, fmt.Errorf("the stored ledger breaks its invariants: %w", err)
 	}
 	return view, false, nil
+}
+
+// setSeq records the log sequence key's stored value carries.
+func (s *Store) setSeq(key string, seq uint64) {
+	k := s.keys[key]
+	k.seq = seq
+	s.keys[key] = k
 }
 
 // maxPresize bounds the capacity a load gives its maps from the count the
@@ -288,8 +317,9 @@ func startDecoders() *decoders {
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
+			var jd ledger.JobDecoder // each decoder its own: not safe for concurrent use
 			for l := range d.work {
-				l.decodeJob()
+				l.decodeJob(&jd)
 			}
 		}()
 	}
@@ -306,10 +336,10 @@ func (d *decoders) wait() {
 }
 
 // decodeJob decodes l's value, the record at a job key, refusing one that
-// names another job.
-func (l *loaded) decodeJob() {
+// names another job. The job's id is the key's, its account jd's string.
+func (l *loaded) decodeJob(jd *ledger.JobDecoder) {
 	l.decoded = true
-	j, err := ledger.UnmarshalJob(l.e.Value())
+	j, err := jd.Unmarshal(l.e.Value(), l.id)
 	switch {
 	case err != nil:
 		l.err = err
@@ -361,7 +391,7 @@ func (s *Store) unarchive(ctx context.Context, view *scheduler.View, key string,
 	if json.Unmarshal(e.Value(), &m) != nil || m.V < 1 || m.Archived == 0 {
 		return nil // removed by someone else: absent, as before archives
 	}
-	s.seqs[key] = m.Archived
+	s.setSeq(key, m.Archived)
 	view.Ahead = max(view.Ahead, m.Archived)
 	if m.Archived <= view.Checkpoint {
 		return nil
@@ -634,11 +664,10 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 	await := func(w pending) error {
 		select {
 		case ack := <-w.fut.Ok():
-			s.revs[w.rec.Key] = ack.Sequence
-			s.seqs[w.rec.Key] = w.rec.Seq
+			s.keys[w.rec.Key] = stored{rev: ack.Sequence, seq: w.rec.Seq}
 			timeout.Reset(writeTimeout)
 		case err := <-w.fut.Err():
-			errs = append(errs, fmt.Errorf("write %s at revision %d: %w", w.rec.Key, s.revs[w.rec.Key], tooLarge(w.rec, mapConflict(err))))
+			errs = append(errs, fmt.Errorf("write %s at revision %d: %w", w.rec.Key, s.keys[w.rec.Key].rev, tooLarge(w.rec, mapConflict(err))))
 		case <-timeout.C:
 			// The term ends; the next one reloads what was stored.
 			return fmt.Errorf("write %s: no acknowledgement within %v", w.rec.Key, writeTimeout)
@@ -654,7 +683,7 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 	var waits []pending
 	next := 0
 	for _, r := range recs {
-		if s.seqs[r.Key] >= r.Seq && s.seqs[r.Key] > 0 {
+		if k := s.keys[r.Key]; k.seq >= r.Seq && k.seq > 0 {
 			continue
 		}
 		for len(waits)-next >= writeWindow {
@@ -665,7 +694,7 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 		}
 		m := nats.NewMsg(subjects.KVSubject(s.kv.Bucket(), r.Key))
 		m.Data = r.Value
-		opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(s.revs[r.Key])}
+		opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(s.keys[r.Key].rev)}
 		if r.Delete {
 			// A purge, which drops the key's history too, leaving a
 			// marker that names the archive and expires.
@@ -753,11 +782,11 @@ func (s *Store) writeCheckpoint(ctx context.Context, seq uint64) error {
 	// the term, not hold it up to the caller's deadline.
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
-	rev, err := s.kv.Update(ctx, subjects.CheckpointKey, data, s.revs[subjects.CheckpointKey])
+	rev, err := s.kv.Update(ctx, subjects.CheckpointKey, data, s.keys[subjects.CheckpointKey].rev)
 	if err != nil {
 		return fmt.Errorf("write %s %d: %w", subjects.CheckpointKey, seq, mapConflict(err))
 	}
-	s.revs[subjects.CheckpointKey], s.cp = rev, seq
+	s.keys[subjects.CheckpointKey], s.cp = stored{rev: rev, seq: s.keys[subjects.CheckpointKey].seq}, seq
 	return nil
 }
 

@@ -454,8 +454,8 @@ func (s *Server) job(r *http.Request, output bool) (any, error) {
 		return nil, err
 	}
 	v := jobView{Now: s.cfg.NowFunc(), Job: j, Archived: archived}
-	for _, k := range slices.Sorted(maps.Keys(j.Env)) {
-		v.Env = append(v.Env, [2]string{k, j.Env[k]})
+	for _, k := range slices.Sorted(maps.Keys(j.Env())) {
+		v.Env = append(v.Env, [2]string{k, j.Env()[k]})
 	}
 	if archived == nil {
 		if ex, err := s.cfg.Client.Explain(ctx, j.Account, j.ID); err != nil {

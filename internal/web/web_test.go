@@ -53,9 +53,7 @@ func TestJobPageEscapesHostileInput(t *testing.T) {
 	s := newTestServer(t)
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	j := &ledger.Job{ID: "evil-1", Account: "demo", GPUs: 1, Cost: 10, State: ledger.StateFailed, Attempt: 1,
-		Command: []string{"sh", "-c", hostile}, Env: map[string]string{"X": hostile},
-		Reason: "exit", Message: hostile, SubmittedAt: now,
-		Attempts: []ledger.Attempt{{N: 1, Host: "sim-1", GPUs: 1, Outcome: ledger.StateFailed, Message: hostile}}}
+		Command: []string{"sh", "-c", hostile}, SubmittedAt: now, JobOptions: &ledger.JobOptions{Env: map[string]string{"X": hostile}}, JobOutcome: &ledger.JobOutcome{Reason: "exit", Message: hostile, Attempts: []ledger.Attempt{{N: 1, Host: "sim-1", GPUs: 1, Outcome: ledger.StateFailed, Message: hostile}}}}
 	v := jobView{Now: now, Job: j, Env: [][2]string{{"X", hostile}},
 		Charges: []ledger.Entry{{Kind: ledger.EntryReserve, Account: "demo", Job: "evil-1", Amount: 10}},
 		Output: outputView{Attempt: 1, Count: 2, End: hostile,
@@ -74,13 +72,13 @@ func TestDashboardEscapesHostileInput(t *testing.T) {
 	s := newTestServer(t)
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	waiting := &ledger.Job{ID: "w1", Account: "demo", State: ledger.StatePending, Command: []string{hostile}}
-	running := &ledger.Job{ID: "r1", Account: "demo", State: ledger.StateRunning, Host: "sim-1", Command: []string{hostile}, Reserved: 5}
+	running := &ledger.Job{ID: "r1", Account: "demo", State: ledger.StateRunning, Command: []string{hostile}, Reserved: 5, JobOutcome: &ledger.JobOutcome{Host: "sim-1"}}
 	v := dashboardView{Live: liveView{Now: now,
 		Queue: []queueRow{{Job: waiting, Why: client.Explanation{Status: client.Explained,
 			Blockers: []wire.Blocker{{Kind: "no_capacity", Message: hostile}}}}},
 		Running:  []*ledger.Job{running},
 		Reserved: []*ledger.Job{running},
-		Recent:   []*ledger.Job{{ID: "done-1", Account: "demo", State: ledger.StateSucceeded, Message: hostile}},
+		Recent:   []*ledger.Job{{ID: "done-1", Account: "demo", State: ledger.StateSucceeded, JobOutcome: &ledger.JobOutcome{Message: hostile}}},
 		Hosts: []client.HostStatus{{Host: "sim-1", Simulated: true, GPUs: 1, Claimed: 1,
 			Devices: []wire.Device{{UUID: "GPU-1", Model: hostile, Healthy: true, Job: "r1", Attempt: 1}}}},
 		Accounts:  accountRows([]*ledger.Account{{ID: "demo", Balance: 100, Reserved: 5, Weight: 1, RunningGPUs: 1}}, nil),

@@ -143,7 +143,7 @@ func (l *Log) Start(id, host string) {
 func (l *Log) Done(id string, exitCode int) ledger.Result {
 	l.t.Helper()
 	j := l.Job(id)
-	return l.Apply(ledger.Report{Type: ledger.ReportDone, Host: j.Host, Job: id, Attempt: j.Attempt, ExitCode: exitCode, Runtime: time.Minute})
+	return l.Apply(ledger.Report{Type: ledger.ReportDone, Host: j.Host(), Job: id, Attempt: j.Attempt, ExitCode: exitCode, Runtime: time.Minute})
 }
 
 // First returns the first effect of type T in res.
