@@ -38,7 +38,9 @@ import (
 // Store is the ledger view in bucket gpuq_ledger. It remembers the revision
 // and sequence of every key it loaded or wrote; every write is conditioned on
 // the remembered revision. A Store serves one leadership term: Load again
-// after a new lease.
+// after a new lease. Within a term, Write may run while another Write or a
+// Checkpoint does (the scheduler's flush stages overlap), on other keys;
+// Load and Repair run alone.
 type Store struct {
 	js jetstream.JetStream
 	kv jetstream.KeyValue
@@ -47,8 +49,11 @@ type Store struct {
 	// New sets it to subjects.Default; set it before Load for another
 	// prefix.
 	Names subjects.Names
-	revs  map[string]uint64
-	seqs  map[string]uint64
+	// mu guards revs, seqs, cp and refused while writes overlap; it is
+	// never held across a round trip.
+	mu   sync.Mutex
+	revs map[string]uint64
+	seqs map[string]uint64
 	// cp is the checkpoint as last loaded or written, and refused the
 	// refusals above it.
 	cp      uint64
@@ -626,6 +631,7 @@ const writeTimeout = 10 * time.Second
 func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 	type pending struct {
 		rec scheduler.Record
+		rev uint64 // the revision the write is conditioned on
 		fut jetstream.PubAckFuture
 	}
 	var errs []error
@@ -634,11 +640,13 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 	await := func(w pending) error {
 		select {
 		case ack := <-w.fut.Ok():
+			s.mu.Lock()
 			s.revs[w.rec.Key] = ack.Sequence
 			s.seqs[w.rec.Key] = w.rec.Seq
+			s.mu.Unlock()
 			timeout.Reset(writeTimeout)
 		case err := <-w.fut.Err():
-			errs = append(errs, fmt.Errorf("write %s at revision %d: %w", w.rec.Key, s.revs[w.rec.Key], tooLarge(w.rec, mapConflict(err))))
+			errs = append(errs, fmt.Errorf("write %s at revision %d: %w", w.rec.Key, w.rev, tooLarge(w.rec, mapConflict(err))))
 		case <-timeout.C:
 			// The term ends; the next one reloads what was stored.
 			return fmt.Errorf("write %s: no acknowledgement within %v", w.rec.Key, writeTimeout)
@@ -654,7 +662,10 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 	var waits []pending
 	next := 0
 	for _, r := range recs {
-		if s.seqs[r.Key] >= r.Seq && s.seqs[r.Key] > 0 {
+		s.mu.Lock()
+		seq, rev := s.seqs[r.Key], s.revs[r.Key]
+		s.mu.Unlock()
+		if seq >= r.Seq && seq > 0 {
 			continue
 		}
 		for len(waits)-next >= writeWindow {
@@ -665,7 +676,7 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 		}
 		m := nats.NewMsg(subjects.KVSubject(s.kv.Bucket(), r.Key))
 		m.Data = r.Value
-		opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(s.revs[r.Key])}
+		opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(rev)}
 		if r.Delete {
 			// A purge, which drops the key's history too, leaving a
 			// marker that names the archive and expires.
@@ -688,7 +699,7 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 		if err != nil {
 			return fmt.Errorf("write %s: %w", r.Key, tooLarge(r, err))
 		}
-		waits = append(waits, pending{r, f})
+		waits = append(waits, pending{r, rev, f})
 	}
 	for ; next < len(waits); next++ {
 		if err := await(waits[next]); err != nil {
@@ -719,32 +730,41 @@ const errCodeMessageTooLarge = 10054
 // Checkpoint stores seq as the checkpoint, with a compare-and-swap, keeping
 // the refusals above it.
 func (s *Store) Checkpoint(ctx context.Context, seq uint64) error {
+	s.mu.Lock()
 	for r := range s.refused {
 		if r <= seq {
 			delete(s.refused, r)
 		}
 	}
+	s.mu.Unlock()
 	return s.writeCheckpoint(ctx, seq)
 }
 
 // Refuse records the refusal of the command at seq, for why, in the
 // checkpoint record, with a compare-and-swap.
 func (s *Store) Refuse(ctx context.Context, seq uint64, why string) error {
-	if seq <= s.cp {
-		return fmt.Errorf("refuse command %d: it is at or below checkpoint %d, already applied", seq, s.cp)
+	s.mu.Lock()
+	cp := s.cp
+	if seq <= cp {
+		s.mu.Unlock()
+		return fmt.Errorf("refuse command %d: it is at or below checkpoint %d, already applied", seq, cp)
 	}
 	if s.refused == nil {
 		s.refused = map[uint64]string{}
 	}
 	s.refused[seq] = why
-	return s.writeCheckpoint(ctx, s.cp)
+	s.mu.Unlock()
+	return s.writeCheckpoint(ctx, cp)
 }
 
 func (s *Store) writeCheckpoint(ctx context.Context, seq uint64) error {
 	cp := checkpoint{V: 1, Seq: seq}
+	s.mu.Lock()
 	for _, r := range slices.Sorted(maps.Keys(s.refused)) {
 		cp.Refused = append(cp.Refused, refusal{Seq: r, Why: s.refused[r]})
 	}
+	last := s.revs[subjects.CheckpointKey]
+	s.mu.Unlock()
 	data, err := json.Marshal(cp)
 	if err != nil {
 		return err
@@ -753,11 +773,13 @@ func (s *Store) writeCheckpoint(ctx context.Context, seq uint64) error {
 	// the term, not hold it up to the caller's deadline.
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
-	rev, err := s.kv.Update(ctx, subjects.CheckpointKey, data, s.revs[subjects.CheckpointKey])
+	rev, err := s.kv.Update(ctx, subjects.CheckpointKey, data, last)
 	if err != nil {
 		return fmt.Errorf("write %s %d: %w", subjects.CheckpointKey, seq, mapConflict(err))
 	}
+	s.mu.Lock()
 	s.revs[subjects.CheckpointKey], s.cp = rev, seq
+	s.mu.Unlock()
 	return nil
 }
 
