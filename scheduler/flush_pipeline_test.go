@@ -240,12 +240,12 @@ func TestFoldGoesOnWhileABatchIsWritten(t *testing.T) {
 				t.Fatalf("command %d was not read while the first batch's write waited", i)
 			}
 		}
-		// The second command made the second batch (the pipeline had room
-		// for it); the next three wait in the fold and go out together.
+		// Stage 1 was busy with the first batch all along: the four go
+		// out together once it is free.
 		openGates(store, &opPublisher{})
 		got := ops.all()
-		if cps := checkFlushes(t, got); fmt.Sprint(cps) != "[1 2 5]" {
-			t.Errorf("checkpoints %v, want [1 2 5]\n%s", cps, strings.Join(got, "\n"))
+		if cps := checkFlushes(t, got); fmt.Sprint(cps) != "[1 5]" {
+			t.Errorf("checkpoints %v, want [1 5]\n%s", cps, strings.Join(got, "\n"))
 		}
 		cancel()
 		if err := <-done; err != nil {
@@ -271,10 +271,10 @@ func TestFoldWaitsForTheFlusherPastMaxBatch(t *testing.T) {
 		admin, err := wire.EncodeAdmin(n, ledger.Admin{Account: "a", ID: "create", Op: ledger.OpCreate, Balance: 1000})
 		log.c <- logEntry(t, 1, admin, err)
 		synctest.Wait()
-		// The first batch's write waits. The pipeline holds two batches:
-		// the next command makes the second; two more make the third
-		// full, and the fourth is not read until a batch is done.
-		var sent [4]chan struct{}
+		// The first batch's write waits: two more commands make the next
+		// batch full, and the third is not read until the write ends
+		// (stage 1 is free then).
+		var sent [3]chan struct{}
 		for i := range sent {
 			m, err := wire.EncodeSubmit(n, ledger.Submit{Account: "a", ID: fmt.Sprintf("j%d", i), GPUs: 1, Cost: 1,
 				Command: []string{"true"}, Walltime: time.Hour})
@@ -283,29 +283,29 @@ func TestFoldWaitsForTheFlusherPastMaxBatch(t *testing.T) {
 			synctest.Wait()
 		}
 		select {
-		case <-sent[2]:
+		case <-sent[1]:
 		default:
 			cancel()
-			t.Fatal("the third command was not read while the first batch's write waited")
+			t.Fatal("the second command after the first batch was not read while its write waited")
 		}
 		select {
-		case <-sent[3]:
+		case <-sent[2]:
 			cancel()
-			t.Fatal("a fourth command was read into a batch of MaxBatch 2 while the flusher held two")
+			t.Fatal("a third command was read into a batch of MaxBatch 2 while stage 1 was busy")
 		default:
 		}
 		store.gate <- struct{}{}
 		synctest.Wait()
 		select {
-		case <-sent[3]:
+		case <-sent[2]:
 		default:
 			cancel()
-			t.Fatal("the fourth command was not read once the first batch was done")
+			t.Fatal("the third command was not read once stage 1 was free")
 		}
 		openGates(store, &opPublisher{})
 		got := ops.all()
-		if cps := checkFlushes(t, got); fmt.Sprint(cps) != "[1 2 4 5]" {
-			t.Errorf("checkpoints %v, want [1 2 4 5]\n%s", cps, strings.Join(got, "\n"))
+		if cps := checkFlushes(t, got); fmt.Sprint(cps) != "[1 3 4]" {
+			t.Errorf("checkpoints %v, want [1 3 4]\n%s", cps, strings.Join(got, "\n"))
 		}
 		cancel()
 		if err := <-done; err != nil {

@@ -50,9 +50,17 @@ type flusher struct {
 	in  chan *batch  // to stage 1
 	mid chan *batch  // from stage 1 to stage 2, unbuffered: one batch in each
 	out chan flushed // one outcome per batch sent: room for all in flight
-	// sent is when each batch in flight was sent, oldest first; the
-	// service goroutine's own.
-	sent []time.Time
+	// sent is when each batch in flight was sent, oldest first, and
+	// sentAll how many were ever sent; the service goroutine's own.
+	sent    []time.Time
+	sentAll uint64
+	// left counts the batches that left stage 1, and free wakes the
+	// service goroutine after each: stage 1 is free to take the next
+	// batch when every batch sent has left it. A batch is prepared only
+	// then, so that it holds what was folded while the one before was in
+	// stage 1, rather than queue behind it with a few commands.
+	left atomic.Uint64
+	free chan struct{}
 	// halted is set once a batch failed, before its outcome is sent, so
 	// the other stage and the service goroutine write nothing more.
 	halted atomic.Bool
@@ -64,7 +72,7 @@ type flusher struct {
 // startFlusher starts the term's flusher, which runs until stop.
 func (s *Service) startFlusher(ctx context.Context) *flusher {
 	f := &flusher{in: make(chan *batch, maxInFlight), mid: make(chan *batch), out: make(chan flushed, maxInFlight),
-		done: make(chan struct{})}
+		free: make(chan struct{}, 1), done: make(chan struct{})}
 	w := leased{s: s, halted: &f.halted}
 	stage2 := make(chan struct{})
 	go func() {
@@ -74,10 +82,12 @@ func (s *Service) startFlusher(ctx context.Context) *flusher {
 			b.began = time.Now()
 			if err := s.persist(ctx, w, b, f.inStage2(prev)); err != nil {
 				f.fail(b, err)
+				f.leave()
 				continue
 			}
 			prev = b
 			f.mid <- b
+			f.leave()
 		}
 	}()
 	go func() {
@@ -115,12 +125,25 @@ func (f *flusher) fail(b *batch, err error) {
 	f.out <- b.outcome(err)
 }
 
-// full says the pipeline holds all the batches it may.
-func (f *flusher) full() bool { return len(f.sent) >= maxInFlight }
+// leave counts a batch out of stage 1 and wakes the service goroutine.
+func (f *flusher) leave() {
+	f.left.Add(1)
+	select {
+	case f.free <- struct{}{}:
+	default: // a wake-up is pending already
+	}
+}
 
-// send hands b to the flusher, which must not be full.
+// ready says stage 1 is free and the pipeline has room: the next batch
+// may be sent.
+func (f *flusher) ready() bool {
+	return len(f.sent) < maxInFlight && f.left.Load() == f.sentAll
+}
+
+// send hands b to the flusher, which must be ready.
 func (f *flusher) send(b *batch, now time.Time) {
 	f.sent = append(f.sent, now)
+	f.sentAll++
 	f.in <- b
 }
 

@@ -499,10 +499,10 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 	renewEvery := s.cfg.Lease.TTL() / 3
 	nextTrim := s.cfg.NowFunc().Add(time.Minute)
 	for {
-		// While the flusher holds all the batches it may, the next one
-		// grows, up to MaxBatch commands; then the fold waits for it.
+		// While the flusher cannot take the next batch, it grows, up to
+		// MaxBatch commands; then the fold waits for the flusher.
 		entries := fol.C()
-		if fl.full() && t.folded >= s.cfg.MaxBatch {
+		if !fl.ready() && t.folded >= s.cfg.MaxBatch {
 			entries = nil
 		}
 		select {
@@ -537,6 +537,7 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 		case r := <-dp.out:
 			dp.busy = false
 			t.stored(r, s.cfg.NowFunc())
+		case <-fl.free: // stage 1 may take the next batch
 		case r := <-fl.out:
 			fl.received()
 			if r.err != nil {
@@ -580,7 +581,7 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 			lastRenew = now
 			s.held(now)
 		}
-		if !fl.full() && t.applied >= t.ahead && (len(t.changed) > 0 || len(t.msgs) > 0) {
+		if fl.ready() && t.applied >= t.ahead && (len(t.changed) > 0 || len(t.msgs) > 0) {
 			b, err := t.prepare()
 			if err != nil {
 				return err
