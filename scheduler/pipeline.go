@@ -74,7 +74,6 @@ func (s *Service) startFlusher(ctx context.Context) *flusher {
 	f := &flusher{in: make(chan *batch, maxInFlight), mid: make(chan *batch), out: make(chan flushed, maxInFlight),
 		free: make(chan struct{}, 1), done: make(chan struct{})}
 	w := leased{s: s, halted: &f.halted}
-	stage2 := make(chan struct{})
 	go func() {
 		defer close(f.mid)
 		var prev *batch // the last batch handed to stage 2
@@ -91,7 +90,7 @@ func (s *Service) startFlusher(ctx context.Context) *flusher {
 		}
 	}()
 	go func() {
-		defer close(stage2)
+		defer close(f.done) // after stage 1, which closes mid as it ends
 		for b := range f.mid {
 			if err := s.complete(ctx, w, b); err != nil {
 				f.fail(b, err)
@@ -100,10 +99,6 @@ func (s *Service) startFlusher(ctx context.Context) *flusher {
 			f.checkpointed.Store(b.applied)
 			f.out <- b.outcome(nil)
 		}
-	}()
-	go func() {
-		<-stage2
-		close(f.done)
 	}()
 	return f
 }
