@@ -187,34 +187,37 @@ func cpuTime(b *testing.B) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// publishAll publishes msgs asynchronously, at most window unacknowledged,
-// and returns the last stored sequence.
+// publishAll publishes msgs asynchronously, at most window unacknowledged
+// (a sliding window: each publish past it first waits for the oldest
+// acknowledgement), and returns the last stored sequence.
 func publishAll(b *testing.B, js jetstream.JetStream, msgs []*nats.Msg) uint64 {
 	b.Helper()
 	const window = 1024
 	var last uint64
-	futs := make([]jetstream.PubAckFuture, 0, window)
-	flush := func() {
-		for _, f := range futs {
-			select {
-			case ack := <-f.Ok():
-				last = max(last, ack.Sequence)
-			case err := <-f.Err():
-				b.Fatal(err)
-			}
+	futs := make([]jetstream.PubAckFuture, 0, len(msgs))
+	next := 0
+	await := func() {
+		select {
+		case ack := <-futs[next].Ok():
+			last = max(last, ack.Sequence)
+		case err := <-futs[next].Err():
+			b.Fatal(err)
 		}
-		futs = futs[:0]
+		next++
 	}
 	for _, m := range msgs {
+		for len(futs)-next >= window {
+			await()
+		}
 		f, err := js.PublishMsgAsync(m)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if futs = append(futs, f); len(futs) == window {
-			flush()
-		}
+		futs = append(futs, f)
 	}
-	flush()
+	for next < len(futs) {
+		await()
+	}
 	return last
 }
 

@@ -68,14 +68,12 @@ func gateBlockers(s *ledger.State, j *ledger.Job) []Blocker {
 // waitingGated explains the first limit gated jobs, in job order.
 func (c *Core) waitingGated(s *ledger.State, limit int) []Waiting {
 	var out []Waiting
-	for _, id := range slices.Sorted(maps.Keys(c.gated)) {
-		if len(out) >= limit {
-			break
-		}
+	ids := firstSorted(maps.Keys(c.gated), limit, func(id string) bool {
 		j := s.Jobs[id]
-		if j == nil || j.State != ledger.StatePending || !j.Gated() {
-			continue
-		}
+		return j != nil && j.State == ledger.StatePending && j.Gated()
+	})
+	for _, id := range ids {
+		j := s.Jobs[id]
 		w := Waiting{Job: j.ID, Account: j.Account, State: j.State, Blockers: gateBlockers(s, j)}
 		w.key = blockersKey(w.Blockers, strings.Join(j.WaitingOn(), ",")+fmt.Sprint(j.Paused))
 		out = append(out, w)

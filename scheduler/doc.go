@@ -13,11 +13,14 @@
 // [Service] is the process around it: it contends for the leader lease
 // and, while it holds it, folds every command into a [ledger.State], persists
 // the changed records, sends the effects, moves the checkpoint, and
-// publishes the core's decisions. While one batch is written (records,
+// publishes the core's decisions. Each batch is written in order (records,
 // then its effects once they are acknowledged, then the checkpoint once
-// both are) the fold goes on with the next, up to [Config.MaxBatch]
-// commands, and the decisions are stored on the log from a goroutine of
-// their own: no step of the fold waits on an acknowledgement. Its seams ([Store], [Lease], [CommandLog],
+// both are), two batches at a time: one's records are written while the
+// one before sends its effects and checkpoints (pipeline.go says what each
+// keeps). Meanwhile the fold goes on with the next, up to
+// [Config.MaxBatch] commands, and the decisions are stored on the log from
+// a goroutine of their own: no step of the fold waits on an
+// acknowledgement. Its seams ([Store], [Lease], [CommandLog],
 // [Publisher], [HostWatcher]) are implemented over JetStream by
 // internal/natsstore and internal/natsbus; this package imports no NATS.
 // What it measures goes to [Metrics], from the service's own goroutine

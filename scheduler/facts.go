@@ -296,3 +296,50 @@ func (c *Core) SchedulerFact() wire.SchedulerFact {
 		StartTimeout: cfg.StartTimeout.String(), DecisionTimeout: cfg.DecisionTimeout.String(), MaxExamine: cfg.MaxExamine,
 		JobRetention: cfg.JobRetention.String(), MaxArchives: cfg.MaxArchives}
 }
+
+// firstSorted returns, in order, the first limit of keys that keep accepts,
+// without sorting every key: a bounded max-heap keeps the limit smallest
+// accepted so far, and only those are sorted. A pass over a large set
+// (every gated job) costs the set once and the window's log, not a sort of
+// the set.
+func firstSorted[K cmp.Ordered](keys func(yield func(K) bool), limit int, keep func(K) bool) []K {
+	if limit <= 0 {
+		return nil
+	}
+	h := make([]K, 0, limit) // a max-heap: h[0] is the largest kept
+	down := func(i int) {
+		for {
+			l, big := 2*i+1, i
+			if l < len(h) && h[l] > h[big] {
+				big = l
+			}
+			if r := l + 1; r < len(h) && h[r] > h[big] {
+				big = r
+			}
+			if big == i {
+				return
+			}
+			h[i], h[big] = h[big], h[i]
+			i = big
+		}
+	}
+	for k := range keys {
+		if len(h) == limit && k >= h[0] {
+			continue // not among the first limit: no need to ask keep
+		}
+		if !keep(k) {
+			continue
+		}
+		if len(h) < limit {
+			h = append(h, k)
+			for i := len(h) - 1; i > 0 && h[(i-1)/2] < h[i]; i = (i - 1) / 2 {
+				h[i], h[(i-1)/2] = h[(i-1)/2], h[i]
+			}
+			continue
+		}
+		h[0] = k
+		down(0)
+	}
+	slices.Sort(h)
+	return h
+}

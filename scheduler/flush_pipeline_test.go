@@ -12,10 +12,13 @@ package scheduler_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -49,6 +52,11 @@ func (l *opLog) all() []string {
 type gateStore struct {
 	ops  *opLog
 	gate chan struct{}
+	// stubborn writes wait for the gate whatever their context: a write
+	// whose acknowledgements are on their way completes as the term ends.
+	stubborn bool
+	// fail, if set, is what each write returns once through the gate.
+	fail error
 }
 
 func (s *gateStore) Load(context.Context) (*scheduler.View, error) {
@@ -62,13 +70,21 @@ func (s *gateStore) Write(ctx context.Context, recs []scheduler.Record) error {
 		top = max(top, r.Seq)
 		keys = append(keys, r.Key)
 	}
-	s.ops.add("write-begin %d", top)
+	s.ops.add("write-begin %d %s", top, strings.Join(keys, ","))
 	if s.gate != nil {
+		done := ctx.Done()
+		if s.stubborn {
+			done = nil
+		}
 		select {
 		case <-s.gate:
-		case <-ctx.Done():
+		case <-done:
 			return ctx.Err()
 		}
+	}
+	if s.fail != nil {
+		s.ops.add("write-failed %d %s", top, strings.Join(keys, ","))
+		return s.fail
 	}
 	s.ops.add("write-end %d %s", top, strings.Join(keys, ","))
 	return nil
@@ -79,11 +95,19 @@ func (s *gateStore) Checkpoint(_ context.Context, seq uint64) error {
 	return nil
 }
 
-func (s *gateStore) Refuse(context.Context, uint64, string) error { return nil }
+func (s *gateStore) Refuse(_ context.Context, seq uint64, _ string) error {
+	s.ops.add("refuse %d", seq)
+	return nil
+}
 
 // opPublisher records each publish of effects (messages whose id names a
-// command's sequence), by the highest sequence among them.
-type opPublisher struct{ ops *opLog }
+// command's sequence), by the highest sequence among them, once it is
+// stored. When gate is set, each publish of effects waits for a value on it
+// first, whatever its context (its acknowledgements on their way).
+type opPublisher struct {
+	ops  *opLog
+	gate chan struct{}
+}
 
 func (p *opPublisher) Publish(_ context.Context, msgs []wire.Message) (int, error) {
 	var top uint64
@@ -94,9 +118,74 @@ func (p *opPublisher) Publish(_ context.Context, msgs []wire.Message) (int, erro
 		}
 	}
 	if top > 0 {
+		if p.gate != nil {
+			<-p.gate
+		}
 		p.ops.add("effects %d", top)
 	}
 	return len(msgs), nil
+}
+
+// openGates lets every write and publish waiting on a gate through, one at
+// a time, until none waits: the bubble is then idle.
+func openGates(store *gateStore, pub *opPublisher) {
+	for {
+		synctest.Wait()
+		select {
+		case store.gate <- struct{}{}:
+			continue
+		default:
+		}
+		select {
+		case pub.gate <- struct{}{}:
+			continue
+		default:
+		}
+		return
+	}
+}
+
+// checkFlushes checks the order of the flusher's calls in ops: checkpoints
+// rise; each is preceded, since the one before, by its own batch's
+// effects; no batch's effects are sent before the checkpoint of the batch
+// before; and between two checkpoints no key is written twice, so a key
+// never holds two versions past the checkpoint (a load could not rewind
+// it).
+func checkFlushes(t *testing.T, ops []string) (checkpoints []uint64) {
+	t.Helper()
+	var effects []uint64 // since the last checkpoint
+	written := map[string]bool{}
+	for _, op := range ops {
+		f := strings.Fields(op)
+		var seq uint64
+		if _, err := fmt.Sscan(f[1], &seq); err != nil {
+			t.Fatalf("op %q: %v", op, err)
+		}
+		switch f[0] {
+		case "checkpoint":
+			if n := len(checkpoints); n > 0 && seq <= checkpoints[n-1] {
+				t.Errorf("checkpoint %d after checkpoint %d", seq, checkpoints[n-1])
+			}
+			if len(effects) != 1 || effects[0] != seq {
+				t.Errorf("checkpoint %d after effects %v since the last one, want its own alone", seq, effects)
+			}
+			checkpoints, effects = append(checkpoints, seq), nil
+			clear(written)
+		case "effects":
+			effects = append(effects, seq)
+		case "write-begin":
+			if len(f) < 3 {
+				continue
+			}
+			for _, k := range strings.Split(f[2], ",") {
+				if written[k] {
+					t.Errorf("%s written twice between two checkpoints (%q)", k, op)
+				}
+				written[k] = true
+			}
+		}
+	}
+	return checkpoints
 }
 
 // chanLog is a command log whose single follower delivers what the test
@@ -133,7 +222,7 @@ func TestFoldGoesOnWhileABatchIsWritten(t *testing.T) {
 		admin, err := wire.EncodeAdmin(n, ledger.Admin{Account: "a", ID: "create", Op: ledger.OpCreate, Balance: 1000})
 		log.c <- logEntry(t, 1, admin, err)
 		synctest.Wait()
-		if got := ops.all(); len(got) != 1 || got[0] != "write-begin 1" {
+		if got := ops.all(); len(got) != 1 || got[0] != "write-begin 1 account.a" {
 			t.Fatalf("after the first command: %q, want its batch's write begun", got)
 		}
 		// The first batch's write waits; the next commands are read and
@@ -151,16 +240,12 @@ func TestFoldGoesOnWhileABatchIsWritten(t *testing.T) {
 				t.Fatalf("command %d was not read while the first batch's write waited", i)
 			}
 		}
-		store.gate <- struct{}{} // the first batch's write
-		synctest.Wait()
-		store.gate <- struct{}{} // the second's
-		synctest.Wait()
-		want := []string{
-			"write-begin 1", "write-end 1 account.a", "effects 1", "checkpoint 1",
-			"write-begin 5", "write-end 5 account.a,job.j2,job.j3,job.j4,job.j5", "effects 5", "checkpoint 5",
-		}
-		if got := ops.all(); strings.Join(got, "\n") != strings.Join(want, "\n") {
-			t.Errorf("flusher calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		// Stage 1 was busy with the first batch all along: the four go
+		// out together once it is free.
+		openGates(store, &opPublisher{})
+		got := ops.all()
+		if cps := checkFlushes(t, got); fmt.Sprint(cps) != "[1 5]" {
+			t.Errorf("checkpoints %v, want [1 5]\n%s", cps, strings.Join(got, "\n"))
 		}
 		cancel()
 		if err := <-done; err != nil {
@@ -187,7 +272,8 @@ func TestFoldWaitsForTheFlusherPastMaxBatch(t *testing.T) {
 		log.c <- logEntry(t, 1, admin, err)
 		synctest.Wait()
 		// The first batch's write waits: two more commands make the next
-		// batch full, and the third is not read until the write ends.
+		// batch full, and the third is not read until the write ends
+		// (stage 1 is free then).
 		var sent [3]chan struct{}
 		for i := range sent {
 			m, err := wire.EncodeSubmit(n, ledger.Submit{Account: "a", ID: fmt.Sprintf("j%d", i), GPUs: 1, Cost: 1,
@@ -205,7 +291,7 @@ func TestFoldWaitsForTheFlusherPastMaxBatch(t *testing.T) {
 		select {
 		case <-sent[2]:
 			cancel()
-			t.Fatal("a third command was read into a batch of MaxBatch 2 while the flusher was busy")
+			t.Fatal("a third command was read into a batch of MaxBatch 2 while stage 1 was busy")
 		default:
 		}
 		store.gate <- struct{}{}
@@ -214,14 +300,12 @@ func TestFoldWaitsForTheFlusherPastMaxBatch(t *testing.T) {
 		case <-sent[2]:
 		default:
 			cancel()
-			t.Fatal("the third command was not read once the flusher was free")
+			t.Fatal("the third command was not read once stage 1 was free")
 		}
-		store.gate <- struct{}{}
-		synctest.Wait()
-		store.gate <- struct{}{}
-		synctest.Wait()
-		if got := ops.all(); got[len(got)-1] != "checkpoint 4" {
-			t.Errorf("flusher calls end %q, want checkpoint 4: %q", got[len(got)-1], got)
+		openGates(store, &opPublisher{})
+		got := ops.all()
+		if cps := checkFlushes(t, got); fmt.Sprint(cps) != "[1 3 4]" {
+			t.Errorf("checkpoints %v, want [1 3 4]\n%s", cps, strings.Join(got, "\n"))
 		}
 		cancel()
 		if err := <-done; err != nil {
@@ -282,11 +366,201 @@ func TestNoWriteOnceTheLeaseMayHaveLapsed(t *testing.T) {
 		time.Sleep(3 * time.Second) // virtual: renewals are due, and the second waits
 		store.gate <- struct{}{}    // the write ends, the lease's TTL long past
 		synctest.Wait()
-		want := []string{"write-begin 1", "write-end 1 account.a"}
+		want := []string{"write-begin 1 account.a", "write-end 1 account.a"}
 		if got := ops.all(); strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Errorf("flusher calls while the lease may have lapsed:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 		}
 		close(lease.release)
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v, want nil", err)
+		}
+	})
+}
+
+// pipelineRun is a service over a gateStore and an opPublisher, each gated,
+// with its Run under way; submit feeds it command seq (2 onwards: the
+// account was created at 1).
+type pipelineRun struct {
+	ops   *opLog
+	store *gateStore
+	pub   *opPublisher
+	log   *chanLog
+	done  chan error
+}
+
+func startPipeline(t *testing.T, ctx context.Context, hooks scheduler.Hooks) *pipelineRun {
+	t.Helper()
+	ops := &opLog{}
+	r := &pipelineRun{ops: ops, store: &gateStore{ops: ops, gate: make(chan struct{}), stubborn: true},
+		pub: &opPublisher{ops: ops, gate: make(chan struct{})}, log: &chanLog{c: make(chan scheduler.LogEntry)}, done: make(chan error, 1)}
+	svc, err := scheduler.New(scheduler.Config{Store: r.store, Lease: &fakeLease{}, CommandLog: r.log,
+		Publisher: r.pub, Hosts: fakeHosts{}, Logger: slog.New(&logRecords{}), Hooks: hooks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { r.done <- svc.Run(ctx) }()
+	admin, err := wire.EncodeAdmin(subjects.Default, ledger.Admin{Account: "a", ID: "create", Op: ledger.OpCreate, Balance: 1000})
+	r.log.c <- logEntry(t, 1, admin, err)
+	synctest.Wait()
+	return r
+}
+
+func (r *pipelineRun) submit(t *testing.T, seq uint64) {
+	t.Helper()
+	m, err := wire.EncodeSubmit(subjects.Default, ledger.Submit{Account: "a", ID: fmt.Sprintf("j%d", seq), GPUs: 1, Cost: 1,
+		Command: []string{"true"}, Walltime: time.Hour})
+	r.log.c <- logEntry(t, seq, m, err)
+	synctest.Wait()
+}
+
+// TestRecordsAreWrittenWhileTheBatchBeforeSendsItsEffects: while a batch's
+// effects wait for their acknowledgements, the next batch's records are
+// written, except the account's, which the batch in flight also wrote: that
+// one waits for its checkpoint.
+func TestRecordsAreWrittenWhileTheBatchBeforeSendsItsEffects(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		r := startPipeline(t, ctx, scheduler.Hooks{})
+		r.store.gate <- struct{}{} // batch 1's records; its effects wait
+		r.submit(t, 2)
+		r.store.gate <- struct{}{} // batch 2's records
+		synctest.Wait()
+		want := []string{"write-begin 1 account.a", "write-end 1 account.a", "write-begin 2 job.j2", "write-end 2 job.j2"}
+		if got := r.ops.all(); strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("while batch 1's effects wait:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+		openGates(r.store, r.pub)
+		got := r.ops.all()
+		if cps := checkFlushes(t, got); fmt.Sprint(cps) != "[1 2]" {
+			t.Errorf("checkpoints %v, want [1 2]\n%s", cps, strings.Join(got, "\n"))
+		}
+		if !slices.Contains(got, "write-end 2 account.a") {
+			t.Errorf("batch 2's account record never written:\n%s", strings.Join(got, "\n"))
+		}
+		cancel()
+		if err := <-r.done; err != nil {
+			t.Errorf("Run = %v, want nil", err)
+		}
+	})
+}
+
+// TestAFailedBatchStopsTheOneBesideIt: when one of the two batches in flight
+// fails, the other writes nothing more, though the write or publish it had
+// under way completes: no record, effect or checkpoint of it lands past the
+// failure, as none would after a crash there. (The fakes finish what was
+// under way whatever the term's context, as acknowledgements already on
+// their way do.)
+func TestAFailedBatchStopsTheOneBesideIt(t *testing.T) {
+	crash := errors.New("crash")
+	for _, tc := range []struct {
+		name string
+		// hooks fail a batch at seq; run drives the service to the
+		// failure, and returns the ops logged by then.
+		hooks func(fail *atomic.Bool) scheduler.Hooks
+		run   func(t *testing.T, r *pipelineRun, fail *atomic.Bool)
+		want  []string // ops at the failure
+	}{{
+		// Batch 1 fails after its effects, as batch 2's records are
+		// written.
+		name: "the earlier fails",
+		hooks: func(fail *atomic.Bool) scheduler.Hooks {
+			return scheduler.Hooks{AfterEffects: func(seq uint64) error {
+				if fail.Load() {
+					return crash
+				}
+				return nil
+			}}
+		},
+		run: func(t *testing.T, r *pipelineRun, fail *atomic.Bool) {
+			r.store.gate <- struct{}{} // batch 1's records; its effects wait
+			r.submit(t, 2)             // batch 2's records begin, and wait
+			fail.Store(true)
+			r.pub.gate <- struct{}{} // batch 1's effects: then it fails
+			synctest.Wait()
+		},
+		want: []string{"write-begin 1 account.a", "write-end 1 account.a", "write-begin 2 job.j2", "effects 1"},
+	}, {
+		// Batch 2 is cut in its records, as batch 1's effects are sent.
+		name: "the later fails",
+		hooks: func(fail *atomic.Bool) scheduler.Hooks {
+			return scheduler.Hooks{CutPersist: func(seq uint64, n int) int {
+				if fail.Load() {
+					return 0
+				}
+				return n
+			}}
+		},
+		run: func(t *testing.T, r *pipelineRun, fail *atomic.Bool) {
+			r.store.gate <- struct{}{} // batch 1's records; its effects wait
+			fail.Store(true)
+			r.submit(t, 2) // batch 2 is cut before its first record
+		},
+		want: []string{"write-begin 1 account.a", "write-end 1 account.a"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var fail atomic.Bool
+				r := startPipeline(t, context.Background(), tc.hooks(&fail))
+				tc.run(t, r, &fail)
+				if got := r.ops.all(); strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+					t.Errorf("at the failure:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+				}
+				// What was under way completes; nothing follows it.
+				var err error
+				for waiting := true; waiting; {
+					select {
+					case err = <-r.done:
+						waiting = false
+					case r.store.gate <- struct{}{}:
+					case r.pub.gate <- struct{}{}:
+					}
+				}
+				if !errors.Is(err, scheduler.ErrStopped) {
+					t.Errorf("Run = %v, want ErrStopped", err)
+				}
+				got := r.ops.all()
+				for _, op := range got[len(tc.want):] {
+					if op != "write-end 2 job.j2" && op != "effects 1" {
+						t.Errorf("written past the failure: %q (all: %q)", op, got)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestNoRefusalOnceTheLeaseMayHaveLapsed: a term whose write is refused for
+// its size ends, and the command is to be refused by the next term; but if
+// the lease may have lapsed by then (the scheduler's clock past the TTL of
+// its last renewal), the refusal is not recorded: a standby may lead, and
+// the next term meets the command again.
+func TestNoRefusalOnceTheLeaseMayHaveLapsed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ops := &opLog{}
+		store := &gateStore{ops: ops, gate: make(chan struct{}),
+			fail: &scheduler.TooLargeError{What: "account.a", Seq: 1, Err: scheduler.ErrTooLarge}}
+		log := &chanLog{c: make(chan scheduler.LogEntry)}
+		var skew atomic.Int64
+		svc, err := scheduler.New(scheduler.Config{Store: store, Lease: &fakeLease{}, CommandLog: log,
+			Publisher: &opPublisher{ops: ops}, Hosts: fakeHosts{}, Logger: slog.New(&logRecords{}),
+			NowFunc: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- svc.Run(ctx) }()
+		admin, err := wire.EncodeAdmin(subjects.Default, ledger.Admin{Account: "a", ID: "create", Op: ledger.OpCreate, Balance: 1000})
+		log.c <- logEntry(t, 1, admin, err)
+		synctest.Wait()
+		skew.Store(int64(time.Minute)) // the renewals' TTL long past, by the scheduler's clock
+		store.gate <- struct{}{}       // the write is refused for its size
+		synctest.Wait()
+		want := []string{"write-begin 1 account.a", "write-failed 1 account.a"}
+		if got := ops.all(); strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("calls once the lease may have lapsed:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Run = %v, want nil", err)

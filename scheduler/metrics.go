@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"context"
 	"errors"
 	"maps"
 	"slices"
@@ -208,13 +207,6 @@ func (t *term) observe(e LogEntry, cmd ledger.Command, res ledger.Result, began 
 			}
 		}
 	}
-}
-
-// measuredFlush is flush, timed for [Service.flushed].
-func (s *Service) measuredFlush(ctx context.Context, b *batch) flushed {
-	began := time.Now()
-	err := s.flush(ctx, b)
-	return flushed{seq: b.applied, err: err, took: time.Since(began), records: len(b.recs), effects: len(b.history) + len(b.rest)}
 }
 
 // flushed measures a flush the flusher carried out; it runs on the service

@@ -160,9 +160,9 @@ func (c *Config) validate() error {
 
 // Service is the scheduler process: it contends for the leader lease and,
 // while it holds it, folds the command log into the ledger and decides what
-// runs where. Run's goroutine folds and decides; while it leads, two more
-// of its own write its flushes and store its decisions, and end with the
-// term.
+// runs where. Run's goroutine folds and decides; while it leads, three more
+// of its own write its flushes (two stages, see pipeline.go) and store its
+// decisions, and end with the term.
 type Service struct {
 	cfg Config
 	log *slog.Logger
@@ -255,8 +255,9 @@ func (s *Service) Run(ctx context.Context) error {
 // refuse records the refusal of the command whose outcome err says cannot
 // be stored, if it says so: the next term answers that command with a
 // rejection instead of applying it, so no single command can stop the fold.
-// A refusal that cannot be recorded (the lease lost meanwhile) is left to
-// the next term, which meets the same command again.
+// A refusal that cannot be recorded (the lease lost meanwhile, or it may
+// have lapsed: the refusal is written only while the lease is surely held)
+// is left to the next term, which meets the same command again.
 func (s *Service) refuse(ctx context.Context, err error) {
 	var tl *TooLargeError
 	if !errors.As(err, &tl) || ctx.Err() != nil {
@@ -265,7 +266,7 @@ func (s *Service) refuse(ctx context.Context, err error) {
 	why := tl.Error()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if rerr := s.cfg.Store.Refuse(rctx, tl.Seq, why); rerr != nil {
+	if rerr := (leased{s: s}).refuse(rctx, tl.Seq, why); rerr != nil {
 		s.log.WarnContext(ctx, "cannot record the refusal of a command whose outcome the store refuses; the next term meets it again",
 			slog.Uint64("seq", tl.Seq), slog.String("why", why), slog.Any("err", rerr))
 		return
@@ -485,7 +486,7 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 		s.cfg.Hooks.Leading()
 	}
 	fl := s.startFlusher(tctx)
-	dp := s.startDecisions(tctx)
+	dp := s.startDecisions(tctx, leased{s: s, halted: &fl.halted})
 	defer func() {
 		cancel(nil) // a batch or decisions in flight end with the term
 		fl.stop()
@@ -498,10 +499,10 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 	renewEvery := s.cfg.Lease.TTL() / 3
 	nextTrim := s.cfg.NowFunc().Add(time.Minute)
 	for {
-		// While a batch is written the next one grows, up to MaxBatch
-		// commands; then the fold waits for the flusher.
+		// While the flusher cannot take the next batch, it grows, up to
+		// MaxBatch commands; then the fold waits for the flusher.
 		entries := fol.C()
-		if fl.busy && t.folded >= s.cfg.MaxBatch {
+		if !fl.ready() && t.folded >= s.cfg.MaxBatch {
 			entries = nil
 		}
 		select {
@@ -536,12 +537,15 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 		case r := <-dp.out:
 			dp.busy = false
 			t.stored(r, s.cfg.NowFunc())
+		case <-fl.free: // stage 1 may take the next batch
 		case r := <-fl.out:
-			fl.busy = false
-			s.flushed(r)
+			fl.received()
 			if r.err != nil {
+				r = fl.failure(r)
+				s.flushed(r)
 				return r.err
 			}
+			s.flushed(r)
 			t.checkpointed(r.seq)
 		case <-tick.C:
 			if err := fol.Err(); err != nil && len(fol.C()) == 0 {
@@ -564,8 +568,8 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 		// Every write is bounded, so a batch or a pass in flight this long
 		// is stuck: end the term rather than lead in name only (the lease
 		// is still renewed here, so no standby would take over).
-		if fl.busy && now.Sub(fl.since) > writeStallTimeout {
-			return fmt.Errorf("a batch has been in flight for %v: its writes are stuck", now.Sub(fl.since).Round(time.Second))
+		if d := fl.stalled(now); d > writeStallTimeout {
+			return fmt.Errorf("a batch has been in flight for %v: its writes are stuck", d.Round(time.Second))
 		}
 		if dp.busy && now.Sub(dp.since) > writeStallTimeout {
 			return fmt.Errorf("a pass's decisions have been in flight for %v: storing them is stuck", now.Sub(dp.since).Round(time.Second))
@@ -577,7 +581,7 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 			lastRenew = now
 			s.held(now)
 		}
-		if !fl.busy && t.applied >= t.ahead && (len(t.changed) > 0 || len(t.msgs) > 0) {
+		if fl.ready() && t.applied >= t.ahead && (len(t.changed) > 0 || len(t.msgs) > 0) {
 			b, err := t.prepare()
 			if err != nil {
 				return err
@@ -587,7 +591,7 @@ func (s *Service) lead(ctx context.Context, st *runState) error {
 		if fl.halted.Load() {
 			// A batch failed: store nothing more, as a crash there would
 			// not; its outcome says why.
-			r := <-fl.out
+			r := fl.failure(<-fl.out)
 			s.flushed(r)
 			return r.err
 		}
@@ -760,6 +764,16 @@ type batch struct {
 	// history are the final records of archived jobs, sent before any
 	// record is written; rest the other effects, sent after.
 	history, rest []wire.Message
+	// The flusher's: the keys of recs; those of recs written in stage 2
+	// (see pipeline.go); when stage 1 took the batch.
+	keys  map[string]bool
+	later []Record
+	began time.Time
+}
+
+// outcome is how b fared, err nil once it is checkpointed.
+func (b *batch) outcome(err error) flushed {
+	return flushed{seq: b.applied, err: err, took: time.Since(b.began), records: len(b.recs), effects: len(b.history) + len(b.rest)}
 }
 
 // flushed is the outcome of a batch: its checkpoint, or why it failed,
@@ -791,21 +805,6 @@ func (t *term) prepare() (*batch, error) {
 	return b, nil
 }
 
-// flusher carries out a term's batches one at a time, in order, on a
-// goroutine of its own: while one is written, the service goroutine folds
-// the commands that will make the next. Only the flusher uses the Store
-// while the term runs.
-type flusher struct {
-	in    chan *batch
-	out   chan flushed
-	busy  bool      // a batch is in flight: sent on in, its outcome not yet read from out
-	since time.Time // when the batch in flight was sent
-	// halted is set once a batch failed, so the service goroutine stops
-	// storing decisions before it has read why.
-	halted atomic.Bool
-	done   chan struct{}
-}
-
 // held records a renewal of the lease sent at renewed that succeeded.
 func (s *Service) held(renewed time.Time) {
 	until := renewed.Add(s.cfg.Lease.TTL())
@@ -827,102 +826,6 @@ func (s *Service) stillHeld() error {
 // what every bounded step of a flush (records, effects with their retries,
 // the checkpoint) may take together.
 const writeStallTimeout = 2 * time.Minute
-
-// startFlusher starts the term's flusher, which runs until stop.
-func (s *Service) startFlusher(ctx context.Context) *flusher {
-	f := &flusher{in: make(chan *batch, 1), out: make(chan flushed, 1), done: make(chan struct{})}
-	go func() {
-		defer close(f.done)
-		for b := range f.in {
-			r := s.measuredFlush(ctx, b)
-			if r.err != nil {
-				f.halted.Store(true)
-			}
-			f.out <- r // room for it: one batch in flight at most
-			if r.err != nil {
-				return
-			}
-		}
-	}()
-	return f
-}
-
-// send hands b to the flusher, which must not be busy.
-func (f *flusher) send(b *batch, now time.Time) {
-	f.busy, f.since = true, now
-	f.in <- b
-}
-
-// stop ends the flusher and waits for it; the caller has cancelled the
-// context of any batch in flight.
-func (f *flusher) stop() {
-	close(f.in)
-	<-f.done
-}
-
-// flush persists the changed records, sends the effects, then moves the
-// checkpoint: a crash at any point leaves a state from which a new term
-// recomputes the same records and re-sends the same effects, which the
-// servers de-duplicate. Each step waits for the acknowledgements of the
-// one before: no effect is sent before the records it follows from are
-// stored, and the checkpoint moves only once both are.
-func (s *Service) flush(ctx context.Context, b *batch) error {
-	hooks := s.cfg.Hooks
-	// The final records of archived jobs reach the history stream before
-	// their keys are deleted: however a flush is cut short, no record is
-	// only in a deleted key. (Sent again after a cut, a record is the same
-	// message, de-duplicated within the window and identical after it.)
-	if len(b.history) > 0 {
-		if err := s.stillHeld(); err != nil {
-			return err
-		}
-		if _, err := s.cfg.Publisher.Publish(ctx, b.history); err != nil {
-			return fmt.Errorf("send the history of archived jobs through %d: %w", b.applied, err)
-		}
-	}
-	recs := b.recs
-	if hooks.CutPersist != nil {
-		if n := hooks.CutPersist(b.applied, len(recs)); n < len(recs) {
-			if err := s.cfg.Store.Write(ctx, recs[:max(n, 0)]); err != nil {
-				return fmt.Errorf("persist through %d: %w", b.applied, err)
-			}
-			return fmt.Errorf("cut after %d of %d records at %d: %w", n, len(recs), b.applied, ErrStopped)
-		}
-	}
-	if err := s.stillHeld(); err != nil {
-		return err
-	}
-	if err := s.cfg.Store.Write(ctx, recs); err != nil {
-		return fmt.Errorf("persist through %d: %w", b.applied, err)
-	}
-	if hooks.AfterPersist != nil {
-		if err := hooks.AfterPersist(b.applied); err != nil {
-			return fmt.Errorf("%v: %w", err, ErrStopped)
-		}
-	}
-	if err := s.stillHeld(); err != nil {
-		return err
-	}
-	if _, err := s.cfg.Publisher.Publish(ctx, b.rest); err != nil {
-		return fmt.Errorf("send effects through %d: %w", b.applied, err)
-	}
-	if hooks.AfterEffects != nil {
-		if err := hooks.AfterEffects(b.applied); err != nil {
-			return fmt.Errorf("%v: %w", err, ErrStopped)
-		}
-	}
-	if err := s.stillHeld(); err != nil {
-		return err
-	}
-	if err := s.cfg.Store.Checkpoint(ctx, b.applied); err != nil {
-		return fmt.Errorf("checkpoint %d: %w", b.applied, err)
-	}
-	s.log.Debug("flushed", slog.Uint64("seq", b.applied), slog.Int("records", len(recs)), slog.Int("effects", len(b.history)+len(b.rest)))
-	if hooks.Checkpointed != nil {
-		hooks.Checkpointed(b.applied)
-	}
-	return nil
-}
 
 // checkpointed records that the flusher checkpointed seq: the log may be
 // trimmed up to it once RetainApplied has passed.
@@ -997,16 +900,14 @@ type decisionPublisher struct {
 	done  chan struct{}
 }
 
-func (s *Service) startDecisions(ctx context.Context) *decisionPublisher {
+// startDecisions starts the term's decisions' publisher, which stores them
+// through w (nothing once a batch failed) until stop.
+func (s *Service) startDecisions(ctx context.Context, w leased) *decisionPublisher {
 	p := &decisionPublisher{in: make(chan *decisions, 1), out: make(chan decisionsStored, 1), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		for d := range p.in {
-			err := s.stillHeld()
-			stored := 0
-			if err == nil {
-				stored, err = s.cfg.Publisher.Publish(ctx, d.msgs)
-			}
+			stored, err := w.publish(ctx, d.msgs)
 			p.out <- decisionsStored{d: d, stored: stored, err: err} // room for it: one pass in flight at most
 		}
 	}()

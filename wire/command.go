@@ -597,6 +597,11 @@ func EncodePricing(n subjects.Names, p ledger.SetPricing) (Message, error) {
 
 func encode(subject, msgID string, body any) (Message, error) {
 	data, err := json.Marshal(body)
+	return encoded(subject, msgID, data, err)
+}
+
+// encoded is the message of a body encoded as data, or err.
+func encoded(subject, msgID string, data []byte, err error) (Message, error) {
 	if err != nil {
 		return Message{}, fmt.Errorf("encode %s: %w", subject, err)
 	}

@@ -165,10 +165,12 @@ func EncodeEffect(n subjects.Names, seq uint64, at time.Time, i int, e ledger.Ef
 	id := EffectMsgID(seq, i)
 	switch e := e.(type) {
 	case ledger.JobEvent:
-		return encode(n.JobEvent(e.Account, e.Job), id, JobEvent{V: Version, Type: e.Type, Seq: seq, Time: at,
+		subject := n.JobEvent(e.Account, e.Job)
+		data, err := marshalJobEvent(JobEvent{V: Version, Type: e.Type, Seq: seq, Time: at,
 			Job: e.Job, Account: e.Account, State: e.State, Attempt: e.Attempt, Host: e.Host, Devices: e.Devices,
 			Reason: e.Reason, Message: e.Message, Charged: e.Charged, Balance: e.Balance, Available: e.Available,
 			ExitCode: e.ExitCode})
+		return encoded(subject, id, data, err)
 	case ledger.AccountEvent:
 		return encode(n.AccountEvent(e.Account), id, AccountEvent{V: Version, Type: e.Type, Seq: seq, Time: at,
 			Account: e.Account, OpID: e.OpID, Op: e.Op, Reason: e.Reason, Message: e.Message,
@@ -188,9 +190,11 @@ func EncodeEffect(n subjects.Names, seq uint64, at time.Time, i int, e ledger.Ef
 		return encode(subject, id, InvalidEvent{V: Version, Type: ledger.EventRejected, Seq: seq, Time: at,
 			Account: account, Job: job, Reason: e.Reason, Message: e.Message})
 	case ledger.Entry:
-		return encode(n.Journal(e.Account), id, JournalEntry{V: Version, Kind: e.Kind, Seq: seq, Time: at, Account: e.Account,
+		subject := n.Journal(e.Account)
+		data, err := marshalJournalEntry(JournalEntry{V: Version, Kind: e.Kind, Seq: seq, Time: at, Account: e.Account,
 			Job: e.Job, OpID: e.OpID, Amount: e.Amount, Reservation: e.Reservation, Released: e.Released, Balance: e.Balance,
 			Reserved: e.Reserved, Reason: e.Reason, N: e.N, Prev: e.Prev, Hash: e.Hash})
+		return encoded(subject, id, data, err)
 	case ledger.DispatchOrder:
 		// The id ends with the command's sequence, so a job submitted
 		// under the id of an archived one gets its own orders; a re-sent

@@ -38,7 +38,9 @@ import (
 // Store is the ledger view in bucket gpuq_ledger. It remembers the revision
 // and sequence of every key it loaded or wrote; every write is conditioned on
 // the remembered revision. A Store serves one leadership term: Load again
-// after a new lease.
+// after a new lease. Within a term, Write may run while another Write or a
+// Checkpoint does (the scheduler's flush stages overlap), on other keys;
+// Load and Repair run alone.
 type Store struct {
 	js jetstream.JetStream
 	kv jetstream.KeyValue
@@ -47,6 +49,9 @@ type Store struct {
 	// New sets it to subjects.Default; set it before Load for another
 	// prefix.
 	Names subjects.Names
+	// mu guards keys, cp and refused while writes overlap; it is never
+	// held across a round trip.
+	mu sync.Mutex
 	// keys holds, by ledger key, the revision this store last read or
 	// wrote and the log sequence its value carries (0 where none is known).
 	keys map[string]stored
@@ -656,6 +661,7 @@ const writeTimeout = 10 * time.Second
 func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 	type pending struct {
 		rec scheduler.Record
+		rev uint64 // the revision the write is conditioned on
 		fut jetstream.PubAckFuture
 	}
 	var errs []error
@@ -664,10 +670,12 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 	await := func(w pending) error {
 		select {
 		case ack := <-w.fut.Ok():
+			s.mu.Lock()
 			s.keys[w.rec.Key] = stored{rev: ack.Sequence, seq: w.rec.Seq}
+			s.mu.Unlock()
 			timeout.Reset(writeTimeout)
 		case err := <-w.fut.Err():
-			errs = append(errs, fmt.Errorf("write %s at revision %d: %w", w.rec.Key, s.keys[w.rec.Key].rev, tooLarge(w.rec, mapConflict(err))))
+			errs = append(errs, fmt.Errorf("write %s at revision %d: %w", w.rec.Key, w.rev, tooLarge(w.rec, mapConflict(err))))
 		case <-timeout.C:
 			// The term ends; the next one reloads what was stored.
 			return fmt.Errorf("write %s: no acknowledgement within %v", w.rec.Key, writeTimeout)
@@ -683,7 +691,11 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 	var waits []pending
 	next := 0
 	for _, r := range recs {
-		if k := s.keys[r.Key]; k.seq >= r.Seq && k.seq > 0 {
+		s.mu.Lock()
+		k := s.keys[r.Key]
+		s.mu.Unlock()
+		seq, rev := k.seq, k.rev
+		if seq >= r.Seq && seq > 0 {
 			continue
 		}
 		for len(waits)-next >= writeWindow {
@@ -694,7 +706,7 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 		}
 		m := nats.NewMsg(subjects.KVSubject(s.kv.Bucket(), r.Key))
 		m.Data = r.Value
-		opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(s.keys[r.Key].rev)}
+		opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(rev)}
 		if r.Delete {
 			// A purge, which drops the key's history too, leaving a
 			// marker that names the archive and expires.
@@ -717,7 +729,7 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 		if err != nil {
 			return fmt.Errorf("write %s: %w", r.Key, tooLarge(r, err))
 		}
-		waits = append(waits, pending{r, f})
+		waits = append(waits, pending{r, rev, f})
 	}
 	for ; next < len(waits); next++ {
 		if err := await(waits[next]); err != nil {
@@ -748,32 +760,41 @@ const errCodeMessageTooLarge = 10054
 // Checkpoint stores seq as the checkpoint, with a compare-and-swap, keeping
 // the refusals above it.
 func (s *Store) Checkpoint(ctx context.Context, seq uint64) error {
+	s.mu.Lock()
 	for r := range s.refused {
 		if r <= seq {
 			delete(s.refused, r)
 		}
 	}
+	s.mu.Unlock()
 	return s.writeCheckpoint(ctx, seq)
 }
 
 // Refuse records the refusal of the command at seq, for why, in the
 // checkpoint record, with a compare-and-swap.
 func (s *Store) Refuse(ctx context.Context, seq uint64, why string) error {
-	if seq <= s.cp {
-		return fmt.Errorf("refuse command %d: it is at or below checkpoint %d, already applied", seq, s.cp)
+	s.mu.Lock()
+	cp := s.cp
+	if seq <= cp {
+		s.mu.Unlock()
+		return fmt.Errorf("refuse command %d: it is at or below checkpoint %d, already applied", seq, cp)
 	}
 	if s.refused == nil {
 		s.refused = map[uint64]string{}
 	}
 	s.refused[seq] = why
-	return s.writeCheckpoint(ctx, s.cp)
+	s.mu.Unlock()
+	return s.writeCheckpoint(ctx, cp)
 }
 
 func (s *Store) writeCheckpoint(ctx context.Context, seq uint64) error {
 	cp := checkpoint{V: 1, Seq: seq}
+	s.mu.Lock()
 	for _, r := range slices.Sorted(maps.Keys(s.refused)) {
 		cp.Refused = append(cp.Refused, refusal{Seq: r, Why: s.refused[r]})
 	}
+	last := s.keys[subjects.CheckpointKey]
+	s.mu.Unlock()
 	data, err := json.Marshal(cp)
 	if err != nil {
 		return err
@@ -782,11 +803,13 @@ func (s *Store) writeCheckpoint(ctx context.Context, seq uint64) error {
 	// the term, not hold it up to the caller's deadline.
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
-	rev, err := s.kv.Update(ctx, subjects.CheckpointKey, data, s.keys[subjects.CheckpointKey].rev)
+	rev, err := s.kv.Update(ctx, subjects.CheckpointKey, data, last.rev)
 	if err != nil {
 		return fmt.Errorf("write %s %d: %w", subjects.CheckpointKey, seq, mapConflict(err))
 	}
-	s.keys[subjects.CheckpointKey], s.cp = stored{rev: rev, seq: s.keys[subjects.CheckpointKey].seq}, seq
+	s.mu.Lock()
+	s.keys[subjects.CheckpointKey], s.cp = stored{rev: rev, seq: last.seq}, seq
+	s.mu.Unlock()
 	return nil
 }
 

@@ -7,6 +7,7 @@ package natsstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -419,5 +420,58 @@ func TestWritesGiveUpBeforeTheCallersDeadline(t *testing.T) {
 	}
 	if err := store.Checkpoint(far, 1); err == nil || far.Err() != nil {
 		t.Errorf("checkpoint with the server away = %v, caller's context %v; want an error of its own while the caller's deadline is still far", err, far.Err())
+	}
+}
+
+// TestWritesOverlapOnOtherKeys: the scheduler's flush stages write one
+// batch's records while the batch before writes its own and checkpoints, on
+// other keys. Each such write still chains its key's revisions, and a load
+// afterwards finds every one. (Run with -race: the store's memory of
+// revisions is shared by the overlapping calls.)
+func TestWritesOverlapOnOtherKeys(t *testing.T) {
+	t.Parallel()
+	js, kv := setup(t, natsbus.SetupConfig{})
+	ctx := context.Background()
+	s := natsstore.New(js, kv)
+	if _, err := s.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	job := func(id string, seq uint64) scheduler.Record {
+		j := &ledger.Job{ID: id, Account: "a", GPUs: 1, State: ledger.StateSucceeded, Seq: seq, Command: []string{"true"}}
+		data, err := ledger.MarshalJob(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return scheduler.Record{Key: subjects.JobKey(id), Seq: seq, Value: data}
+	}
+	const rounds = 20
+	for i := range uint64(rounds) {
+		seq := 2*i + 1
+		errs := make(chan error, 2)
+		go func() { // stage 2 of batch seq: its account record, then its checkpoint
+			if err := s.Write(ctx, []scheduler.Record{account(t, ledger.Credits(seq), seq)}); err != nil {
+				errs <- err
+				return
+			}
+			errs <- s.Checkpoint(ctx, seq)
+		}()
+		go func() { // stage 1 of batch seq+1: its job records
+			errs <- s.Write(ctx, []scheduler.Record{job(fmt.Sprintf("j%d-a", i), seq+1), job(fmt.Sprintf("j%d-b", i), seq+1)})
+		}()
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: %v", i, err)
+			}
+		}
+	}
+	view, err := natsstore.New(js, kv).Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if view.Checkpoint != 2*rounds-1 {
+		t.Errorf("checkpoint %d, want %d", view.Checkpoint, 2*rounds-1)
+	}
+	if a := view.State.Accounts["a"]; a == nil || a.Balance != 2*rounds-1 {
+		t.Errorf("account a = %+v, want balance %d", a, 2*rounds-1)
 	}
 }
