@@ -4,6 +4,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +30,19 @@ func waitWhy(t *testing.T, d *devServer, job, want string) string {
 func TestAfterHoldReleaseCLI(t *testing.T) {
 	t.Parallel()
 	d := startDev(t, "")
-	d.ok("submit", "--id", "dep-a", "--account", "demo", "--cost", "10", "--", "sleep", "3")
+	// dep-a runs until the test is done changing dep-b: a fixed sleep
+	// ended first on a busy machine, and dep-b with it.
+	// (In a directory a job's pool uid may search.)
+	dir, err := os.MkdirTemp("", "gpuq-gate-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gate := filepath.Join(dir, "go")
+	d.ok("submit", "--id", "dep-a", "--account", "demo", "--cost", "10", "--", "sh", "-c", `while [ ! -e "$1" ]; do sleep 0.05; done`, "sh", gate)
 	out := d.ok("submit", "--id", "dep-b", "--account", "demo", "--cost", "5", "--after", "dep-a", "--", "sh", "-c", "echo after")
 	if !strings.Contains(out, "waits for dep-a") {
 		t.Errorf("submit --after printed %q, want it to name dep-a", out)
@@ -51,6 +65,10 @@ func TestAfterHoldReleaseCLI(t *testing.T) {
 	if r := d.gpuq("submit", "--id", "dep-x", "--account", "demo", "--cost", "1", "--after", "nope", "--", "true"); r.code != exitRejected || !strings.Contains(r.stderr, "unknown_dependency") {
 		t.Errorf("submit --after an unknown job: exit %d, stderr %q; want %d and unknown_dependency", r.code, r.stderr, exitRejected)
 	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, d, "dep-a", "succeeded")
 	waitState(t, d, "dep-b", "succeeded")
 	if r := d.gpuq("hold", "dep-b"); r.code != exitRejected || !strings.Contains(r.stderr, "not_waiting") {
 		t.Errorf("hold of an ended job: exit %d, stderr %q; want %d and not_waiting", r.code, r.stderr, exitRejected)
