@@ -101,7 +101,8 @@ func TestGatherTakesWaitingDispatchesOfDistinctJobs(t *testing.T) {
 
 // TestBatchIsRecordedWithOneFlush: the attempts of a batch of dispatches
 // are recorded on disk together, with one flush, before the first is
-// reported started; each is then reported started, run and acked. A
+// reported started; their started reports are sent side by side, and each
+// then runs (not before its report is stored) and is acked. A
 // worker restarted on the same disk refuses every one of them when the
 // orders come again (as after a crash before their acks).
 func TestBatchIsRecordedWithOneFlush(t *testing.T) {
@@ -111,17 +112,37 @@ func TestBatchIsRecordedWithOneFlush(t *testing.T) {
 	bus := newFakeBus()
 	var onDisk []byte
 	var once sync.Once
+	var f *runningFake
+	// Each started report waits (for up to 5s) until all of the batch's
+	// are being sent: they are sent side by side. Meanwhile no attempt
+	// has a process.
+	var arrived sync.WaitGroup
+	arrived.Add(len(jobs))
+	all := make(chan struct{})
+	go func() { arrived.Wait(); close(all) }()
 	bus.onReport = func(r ledger.Report) {
-		if r.Type == ledger.ReportStarted {
-			once.Do(func() {
-				var err error
-				if onDisk, err = os.ReadFile(filepath.Join(state, "started.jsonl")); err != nil {
-					t.Error(err)
-				}
-			})
+		if r.Type != ledger.ReportStarted {
+			return
+		}
+		once.Do(func() {
+			var err error
+			if onDisk, err = os.ReadFile(filepath.Join(state, "started.jsonl")); err != nil {
+				t.Error(err)
+			}
+		})
+		arrived.Done()
+		select {
+		case <-all:
+		case <-time.After(5 * time.Second):
+			t.Errorf("the started report of %s waited 5s for the batch's others: they are sent one at a time", r.Job)
+		}
+		f.w.mu.Lock()
+		defer f.w.mu.Unlock()
+		if a := f.w.running[Attempt{r.Job, r.Attempt}]; a == nil || a.proc != nil {
+			t.Errorf("while its started report was sent, attempt %s/%d ran %v (or was not running)", r.Job, r.Attempt, a)
 		}
 	}
-	f := startFake(t, bus, len(jobs), func(c *Config) { c.StateDir = state })
+	f = startFake(t, bus, len(jobs), func(c *Config) { c.StateDir = state })
 	waitBeat(t, bus)
 	var batch []Order
 	var acks []<-chan struct{}

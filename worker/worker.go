@@ -528,8 +528,9 @@ func batchable(o Order) bool {
 
 // handle acts on a batch of orders: one order, or dispatches of distinct
 // jobs (see gather). Each is confirmed and claimed in order; the attempts
-// of the batch that may start are recorded on disk together (one flush),
-// then each is reported started and started, in order. A dispatch is acked
+// of the batch that may start are recorded on disk together (one flush)
+// and reported started together, then each whose report is stored is
+// started, in order. A dispatch is acked
 // only once its started or rejected report is stored, or once it is known
 // to be stale. Waits that may end with the worker's stop (confirming an
 // order) use run; reports use ctx, which outlives it.
@@ -661,8 +662,10 @@ func (w *Worker) confirm(run, ctx context.Context, o ledger.DispatchOrder) (*con
 }
 
 // start records the attempts of cs on disk, all with one flush, then
-// reports each started and starts it, in order, and returns for each
-// whether its order is to be acked (see begin).
+// sends their started reports together, and starts each whose report is
+// stored, in order. It returns for each whether its order is to be acked:
+// not when the worker is stopping and could not store the attempt's
+// started or rejected report.
 func (w *Worker) start(ctx context.Context, cs []*confirmed) []bool {
 	// The record of the attempts (a write flushed to disk) and their
 	// places (directories made) are made at once: each waits on the disk,
@@ -680,17 +683,41 @@ func (w *Worker) start(ctx context.Context, cs []*confirmed) []bool {
 	}
 	rerr := <-recorded
 	oks := make([]bool, len(cs))
+	rs := make([]*attempt, len(cs))
 	for i, c := range cs {
-		oks[i] = w.begin(ctx, c, jails[i], perrs[i], rerr)
+		rs[i], oks[i] = w.place(ctx, c, jails[i], perrs[i], rerr)
+	}
+	// The started reports of the batch are stored side by side (their
+	// publishes share the connection's writes); no attempt starts before
+	// its own is stored. Reports of distinct jobs need no order.
+	stored := make([]bool, len(cs))
+	var sent sync.WaitGroup
+	for i, r := range rs {
+		if r == nil {
+			continue
+		}
+		sent.Go(func() { stored[i] = w.report(ctx, w.startedReport(cs[i], r)) })
+	}
+	sent.Wait()
+	for i, r := range rs {
+		if r != nil {
+			oks[i] = w.launch(ctx, cs[i], r, stored[i])
+		}
 	}
 	return oks
 }
 
-// begin reports one attempt started and starts it, given its place (jail,
-// or perr) and whether its record failed (rerr). It returns false when the
-// order must not be acked: the worker is stopping and could not store the
-// attempt's started or rejected report.
-func (w *Worker) begin(ctx context.Context, c *confirmed, jail *jail, perr, rerr error) bool {
+// startedReport is the started report of r, confirmed as c.
+func (w *Worker) startedReport(c *confirmed, r *attempt) ledger.Report {
+	return ledger.Report{Type: ledger.ReportStarted, Host: w.cfg.Host, Job: c.a.Job, Attempt: c.a.N, Devices: r.spec.Devices,
+		Model: c.claimed[0].Model}
+}
+
+// place readies one attempt to start, given its place (jail, or perr) and
+// whether its record failed (rerr): it returns the attempt, running from
+// now on (in the heartbeat), or nil when it is refused, with whether the
+// order is to be acked (its rejected report was stored).
+func (w *Worker) place(ctx context.Context, c *confirmed, jail *jail, perr, rerr error) (*attempt, bool) {
 	a, log, o, claimed := c.a, c.log, c.ord, c.claimed
 	if err := rerr; err != nil {
 		if perr == nil {
@@ -699,12 +726,12 @@ func (w *Worker) begin(ctx context.Context, c *confirmed, jail *jail, perr, rerr
 			}
 		}
 		w.claims.Release(a)
-		return w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Reason: truncate(err.Error())})
+		return nil, w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Reason: truncate(err.Error())})
 	}
 	if perr != nil {
 		w.claims.Release(a)
 		log.Error("cannot make the attempt's place", slog.Any("err", perr))
-		return w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Reason: truncate(perr.Error())})
+		return nil, w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Reason: truncate(perr.Error())})
 	}
 	if err := w.jobs.checkWorkdir(jail, o.Workdir); err != nil {
 		// The job's own error, not the host's: refused, so it is retried
@@ -714,7 +741,7 @@ func (w *Worker) begin(ctx context.Context, c *confirmed, jail *jail, perr, rerr
 			log.Warn("release the attempt's place", slog.Any("err", rerr))
 		}
 		w.claims.Release(a)
-		return w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Reason: truncate(err.Error())})
+		return nil, w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Reason: truncate(err.Error())})
 	}
 	devs := make([]string, len(claimed))
 	for i, d := range claimed {
@@ -725,13 +752,19 @@ func (w *Worker) begin(ctx context.Context, c *confirmed, jail *jail, perr, rerr
 	w.mu.Lock()
 	w.running[a] = r
 	w.mu.Unlock()
-	if !w.report(ctx, ledger.Report{Type: ledger.ReportStarted, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Devices: devs,
-		Model: claimed[0].Model}) {
+	return r, false
+}
+
+// launch starts r once its started report is stored, and returns whether
+// its order is to be acked: not when the report was not stored.
+func (w *Worker) launch(ctx context.Context, c *confirmed, r *attempt, stored bool) bool {
+	a, log := c.a, c.log
+	if !stored {
 		// Stopping, and the ledger does not know the attempt started: do
 		// not start it. The unacked order comes back to the next process,
 		// which refuses it (the attempt is in this host's record), so the
 		// scheduler retries it.
-		if err := w.jobs.release(jail); err != nil {
+		if err := w.jobs.release(r.jail); err != nil {
 			log.Warn("release the attempt's place", slog.Any("err", err))
 		}
 		w.claims.Release(a)
@@ -740,7 +773,7 @@ func (w *Worker) begin(ctx context.Context, c *confirmed, jail *jail, perr, rerr
 		w.mu.Unlock()
 		return false
 	}
-	log.Debug("starting", slog.Any("gpu_uuid", devs))
+	log.Debug("starting", slog.Any("gpu_uuid", r.spec.Devices))
 	w.metrics().AttemptStarted()
 	w.wg.Add(1)
 	go w.run(ctx, r)
