@@ -58,7 +58,11 @@
 // it), sets the process starting on its own goroutine, and then acks the
 // order (taking the next order while the server confirms the ack). The
 // record of the attempt is one line appended to a file in the state
-// directory and flushed to disk, made while the attempt's directory is. No process starts before its started report is stored: a worker
+// directory and flushed to disk, made while the attempt's directory is;
+// dispatches that wait together (of distinct jobs, up to any other order)
+// are confirmed and claimed in order, recorded with one append and one
+// flush and reported started side by side, then each started and acked,
+// in order. No process starts before its started report is stored: a worker
 // that is stopping and cannot store it leaves the order unacked and the
 // process unstarted. An attempt's directory (and user) is made before its
 // started report; a worker that cannot make it refuses the order. A

@@ -259,7 +259,9 @@ func (p *process) kill(reason string, infra bool) {
 func (p *process) wait(walltime time.Duration) Outcome {
 	timer := time.AfterFunc(walltime, func() { p.stop("walltime", false) })
 	code, exited := waitExit(p.pid)
-	if !exited {
+	if exited {
+		noteExited(p.pid) // a zombie until reap
+	} else {
 		p.mu.Lock()
 		ps, err := p.proc.Wait()
 		p.reaped = true
@@ -286,6 +288,7 @@ func (p *process) reap() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.reaped {
+		noteReaped(p.pid)
 		if _, err := p.proc.Wait(); err != nil { // its exit status was read by wait
 			p.log.Warn("reap the attempt's process", slog.Any("err", err))
 		}

@@ -325,7 +325,32 @@ var seen = struct {
 	old   map[int]*seenProc
 	fresh map[int]bool
 	infos map[int]procInfo
-}{procs: map[int]*seenProc{}, fd: -1, old: map[int]*seenProc{}, fresh: map[int]bool{}, infos: map[int]procInfo{}}
+	// exited holds the leaders of attempts that have exited and are not
+	// reaped yet (see noteExited): zombies whose pids no other process
+	// can take, which every listing skips before reading them.
+	exited map[int]bool
+}{procs: map[int]*seenProc{}, fd: -1, old: map[int]*seenProc{}, fresh: map[int]bool{}, infos: map[int]procInfo{},
+	exited: map[int]bool{}}
+
+// noteExited tells the sweeps that pid, a child of the worker (an
+// attempt's leader), has exited and stays a zombie until noteReaped: a
+// zombie is never an attempt's live process, and until it is reaped its
+// pid is no other process's, so every sweep, of any attempt, skips it
+// unread (one read of its status each, by every sweep that found it new,
+// was most of what the sweeps read while short jobs ran side by side).
+func noteExited(pid int) {
+	seen.Lock()
+	defer seen.Unlock()
+	seen.exited[pid] = true
+}
+
+// noteReaped ends what noteExited said, before pid is reaped: from then on
+// another process may take it.
+func noteReaped(pid int) {
+	seen.Lock()
+	defer seen.Unlock()
+	delete(seen.exited, pid)
+}
 
 type seenProc struct {
 	ino  uint64 // of /proc/<pid>
@@ -368,7 +393,8 @@ func reread(pid int, old *seenProc, keepDenial bool) (procInfo, error) {
 }
 
 // findProcs lists the live processes match accepts, never the worker
-// itself nor exited (see findSeen), reading every process (all) or only
+// itself nor exited (see findSeen) nor another exited leader (see
+// noteExited), reading every process (all) or only
 // those new or matching, and keeps what it read in seen.
 func findProcs(match matcher, all bool, pool IDRange, exited int) ([]procEntry, error) {
 	self := selfPID
@@ -385,7 +411,7 @@ func findProcs(match matcher, all bool, pool IDRange, exited int) ([]procEntry, 
 	clear(next)
 	clear(fresh)
 	for _, e := range ents {
-		if e.pid == self || e.pid == exited {
+		if e.pid == self || e.pid == exited || seen.exited[e.pid] {
 			continue
 		}
 		c := seen.procs[e.pid]

@@ -55,6 +55,11 @@ func (s *sandbox) sweepAttempt(j *jail, leader int, _ bool) error {
 	}
 }
 
+// noteExited and noteReaped have no sweep to tell: waitExit never leaves
+// a leader unreaped outside Linux.
+func noteExited(int) {}
+func noteReaped(int) {}
+
 // reclaim has nothing to find: a process group does not outlive its
 // worker's knowledge of it.
 func (s *sandbox) reclaim() error { return nil }

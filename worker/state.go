@@ -19,7 +19,8 @@ import (
 //
 // On disk it is a file of JSON lines: a header naming the installation,
 // then one line per started attempt, appended and flushed to disk (one
-// small write and one fdatasync) before the attempt is reported started.
+// small write and one fdatasync, shared by the attempts of orders that
+// arrived together) before the attempt is reported started.
 // The file is rewritten whole only to compact it: when it is opened and
 // must be (it drops a torn last line, see openStartedLog), when it is
 // bound to another installation, and when expired lines make up most of
@@ -39,7 +40,8 @@ type startedLog struct {
 	// first, writing the whole log anew.
 	stale bool
 	lines int // attempt lines in the file, live or expired
-	adds  int // adds since the last expiry pass
+	adds  int // attempts added since the last expiry pass
+	syncs int // appends flushed to disk, for tests
 	// warn is told of a compaction that failed after the attempt it
 	// followed was recorded (add still succeeds); nil: not told.
 	warn func(error)
@@ -249,12 +251,23 @@ func (l *startedLog) has(a Attempt) bool {
 // add records that a starts now, on disk, before it is reported started:
 // one line appended and flushed to disk. Entries older than keep are
 // dropped now and then: no dispatch is redelivered that late.
-func (l *startedLog) add(a Attempt, now time.Time) error {
-	line, err := json.Marshal(startedLine{Job: a.Job, Attempt: a.N, At: now.UTC()})
-	if err != nil {
-		return err
+func (l *startedLog) add(a Attempt, now time.Time) error { return l.addAll([]Attempt{a}, now) }
+
+// addAll records that every attempt of as starts now, as add does, with
+// one append of their lines and one flush to disk (a group commit: orders
+// that arrive together wait on the disk once). When it returns nil every
+// one is on disk; when it fails none may start, though some of the lines
+// may have reached the disk (a crash leaves whole lines of attempts that
+// then never ran, which a restart refuses to run: always safe).
+func (l *startedLog) addAll(as []Attempt, now time.Time) error {
+	var line []byte
+	for _, a := range as {
+		b, err := json.Marshal(startedLine{Job: a.Job, Attempt: a.N, At: now.UTC()})
+		if err != nil {
+			return err
+		}
+		line = append(append(line, b...), '\n')
 	}
-	line = append(line, '\n')
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -271,13 +284,16 @@ func (l *startedLog) add(a Attempt, now time.Time) error {
 		l.stale = true
 		return errors.Join(fmt.Errorf("write worker state: %w", err), l.compact())
 	}
+	l.syncs++
 	if err := datasync(l.f); err != nil {
 		l.stale = true
 		return errors.Join(fmt.Errorf("write worker state: %w", err), l.compact())
 	}
-	l.started[a] = now
-	l.lines++
-	l.adds++
+	for _, a := range as {
+		l.started[a] = now
+	}
+	l.lines += len(as)
+	l.adds += len(as)
 	if l.adds >= expiryEvery {
 		l.adds = 0
 		l.expire(now)

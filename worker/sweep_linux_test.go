@@ -138,3 +138,56 @@ func TestSweepRereadsADeniedEnvironmentWhenTheProcessChanged(t *testing.T) {
 		}
 	}
 }
+
+// TestSweepSkipsAnExitedLeaderUnread: an attempt's leader that has exited
+// and is not reaped yet (a zombie that keeps its pid) is skipped unread by
+// the sweeps of every other attempt; once it is about to be reaped, its pid
+// is read again like any other.
+func TestSweepSkipsAnExitedLeaderUnread(t *testing.T) {
+	// Not parallel: it sets what the sweeps of this process remember.
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	reaped := false
+	t.Cleanup(func() {
+		if !reaped {
+			noteReaped(pid)
+			_ = cmd.Wait() // the test failed before its reap
+		}
+	})
+	if _, exited := waitExit(pid); !exited {
+		t.Fatal("waitExit did not see the child exit")
+	}
+	noteExited(pid)
+	forget := func() {
+		seen.Lock()
+		defer seen.Unlock()
+		delete(seen.procs, pid)
+	}
+	read := func() bool {
+		seen.Lock()
+		defer seen.Unlock()
+		return seen.procs[pid] != nil
+	}
+	none := func(*procInfo, map[int]procInfo) bool { return false }
+	forget()
+	if _, err := findSeen(IDRange{}, 0)(none); err != nil {
+		t.Fatal(err)
+	}
+	if read() {
+		t.Errorf("a sweep read the exited, unreaped leader %d", pid)
+	}
+	noteReaped(pid)
+	if _, err := findSeen(IDRange{}, 0)(none); err != nil {
+		t.Fatal(err)
+	}
+	if !read() {
+		t.Errorf("a sweep after noteReaped did not read process %d (a zombie still)", pid)
+	}
+	reaped = true
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+}

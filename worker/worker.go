@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -377,17 +378,29 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}()
 
+	var held *Order // taken while a batch was gathered, and not of it
 loop:
 	for {
-		select {
-		case <-run.Done():
-			break loop
-		case o, ok := <-orders:
-			if !ok {
+		var o Order
+		if held != nil {
+			o, held = *held, nil
+		} else {
+			var ok bool
+			select {
+			case <-run.Done():
 				break loop
+			case o, ok = <-orders:
+				if !ok {
+					break loop
+				}
 			}
-			w.handle(run, bg, o)
 		}
+		batch, next, closed := gather(o, orders)
+		w.handle(run, bg, batch)
+		if closed {
+			break loop
+		}
+		held = next
 	}
 	stopOrders()
 	w.mu.Lock()
@@ -471,29 +484,96 @@ func (a *attempt) stop(reason string, infra, now bool) {
 	}
 }
 
-// handle acts on one order. Orders are handled one at a time, in order; a
-// dispatch is acked only once its started or rejected report is stored, or
-// once it is known to be stale. Waits that may end with the worker's stop
-// (confirming an order) use run; reports use ctx, which outlives it.
-func (w *Worker) handle(run, ctx context.Context, o Order) {
-	if o.Err != nil {
-		w.log.Error("undecodable order; dropping it", slog.Any("err", o.Err))
-		if err := o.Term(ctx, o.Err.Error()); err != nil {
-			w.log.Warn("drop the undecodable order", slog.Any("err", err))
+// maxBatch bounds the dispatch orders handled together (the orders
+// reader pulls 16 at a time).
+const maxBatch = 16
+
+// gather returns first with the dispatch orders that wait behind it on
+// orders now, taken without waiting, as one batch of at most maxBatch: only
+// dispatches, of distinct jobs (a redelivered order, or a later attempt
+// that supersedes an earlier one, is handled after the batch it would
+// join, as it would be one order at a time). An order taken that may not
+// join is returned as next, to be handled after the batch; closed says
+// that orders is closed.
+func gather(first Order, orders <-chan Order) (batch []Order, next *Order, closed bool) {
+	batch = []Order{first}
+	if !batchable(first) {
+		return batch, nil, false
+	}
+	for len(batch) < maxBatch {
+		select {
+		case o, ok := <-orders:
+			if !ok {
+				return batch, nil, true
+			}
+			if !batchable(o) || slices.ContainsFunc(batch, func(b Order) bool {
+				return b.Effect.(ledger.DispatchOrder).Job == o.Effect.(ledger.DispatchOrder).Job
+			}) {
+				return batch, &o, false
+			}
+			batch = append(batch, o)
+		default:
+			return batch, nil, false
 		}
+	}
+	return batch, nil, false
+}
+
+// batchable reports whether o is a dispatch order, which may be handled in
+// a batch with others.
+func batchable(o Order) bool {
+	_, ok := o.Effect.(ledger.DispatchOrder)
+	return o.Err == nil && ok
+}
+
+// handle acts on a batch of orders: one order, or dispatches of distinct
+// jobs (see gather). Each is confirmed and claimed in order; the attempts
+// of the batch that may start are recorded on disk together (one flush)
+// and reported started together, then each whose report is stored is
+// started, in order. A dispatch is acked
+// only once its started or rejected report is stored, or once it is known
+// to be stale. Waits that may end with the worker's stop (confirming an
+// order) use run; reports use ctx, which outlives it.
+func (w *Worker) handle(run, ctx context.Context, batch []Order) {
+	var cs []*confirmed
+	for _, o := range batch {
+		if o.Err != nil {
+			w.log.Error("undecodable order; dropping it", slog.Any("err", o.Err))
+			if err := o.Term(ctx, o.Err.Error()); err != nil {
+				w.log.Warn("drop the undecodable order", slog.Any("err", err))
+			}
+			continue
+		}
+		switch ord := o.Effect.(type) {
+		case ledger.DispatchOrder:
+			c, ack := w.confirm(run, ctx, ord)
+			if c != nil {
+				c.order = o
+				cs = append(cs, c)
+				continue
+			}
+			if !ack {
+				continue // not acked: the order comes back to this or the next process
+			}
+		case ledger.CancelOrder:
+			w.cancelOrder(ord)
+		}
+		w.ack(ctx, o)
+	}
+	if len(cs) == 0 {
 		return
 	}
-	switch ord := o.Effect.(type) {
-	case ledger.DispatchOrder:
-		if !w.dispatch(run, ctx, ord) {
-			return // not acked: the order comes back to this or the next process
+	for i, ok := range w.start(ctx, cs) {
+		if ok {
+			w.ack(ctx, cs[i].order)
 		}
-	case ledger.CancelOrder:
-		w.cancelOrder(ord)
 	}
-	// The ack is confirmed by the server while the next order is taken:
-	// nothing waits on it, and an order whose ack is lost comes back, to
-	// be known by then.
+}
+
+// ack acks o. The ack is confirmed by the server while the next order is
+// taken: nothing waits on it, and an order whose ack is lost comes back,
+// to be known by then.
+func (w *Worker) ack(ctx context.Context, o Order) {
 	w.acks.Add(1)
 	go func() {
 		defer w.acks.Done()
@@ -518,10 +598,21 @@ func (w *Worker) cancelOrder(o ledger.CancelOrder) {
 	}
 }
 
-// dispatch confirms, claims, reports and starts one attempt. It returns
-// false when the order must not be acked: the worker is stopping and could
-// not confirm the order or store the attempt's started or rejected report.
-func (w *Worker) dispatch(run, ctx context.Context, o ledger.DispatchOrder) bool {
+// confirmed is a dispatch order confirmed current, its GPUs claimed, on
+// its way to its record and start (see start).
+type confirmed struct {
+	order   Order
+	ord     ledger.DispatchOrder
+	a       Attempt
+	log     *slog.Logger
+	claimed []Device
+}
+
+// confirm confirms one dispatch order and claims its GPUs. It returns the
+// attempt to start, or nil and whether the order is to be acked: it is
+// not when the worker is stopping and could not confirm the order or
+// store its rejected report.
+func (w *Worker) confirm(run, ctx context.Context, o ledger.DispatchOrder) (*confirmed, bool) {
 	a := Attempt{o.Job, o.Attempt}
 	log := w.log.With(slog.String("job_id", a.Job), slog.Int("attempt", a.N))
 	w.mu.Lock()
@@ -534,11 +625,11 @@ func (w *Worker) dispatch(run, ctx context.Context, o ledger.DispatchOrder) bool
 	}
 	w.mu.Unlock()
 	if known {
-		return true // redelivered while running: it is already here
+		return nil, true // redelivered while running: it is already here
 	}
 	current, why, err := w.current(run, a)
 	if err != nil {
-		return false // stopping before the order was confirmed: the next process confirms it
+		return nil, false // stopping before the order was confirmed: the next process confirms it
 	}
 	if !current {
 		// The scheduler has moved on (the attempt was declared lost while
@@ -546,7 +637,7 @@ func (w *Worker) dispatch(run, ctx context.Context, o ledger.DispatchOrder) bool
 		// would run the job twice. A report would be ignored, as every
 		// report for an attempt that is not current is.
 		log.Warn("order no longer current; dropped without running it", slog.String("why", why))
-		return true
+		return nil, true
 	}
 	if w.state.has(a) {
 		// This host took the attempt before a restart. Whatever became of
@@ -554,7 +645,7 @@ func (w *Worker) dispatch(run, ctx context.Context, o ledger.DispatchOrder) bool
 		// dispatched attempt is retried now, and a running one is found
 		// missing from the heartbeat and declared lost.
 		log.Warn("dispatch of an attempt this host took before a restart; refusing to run it twice")
-		return w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N,
+		return nil, w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N,
 			Reason: "the worker restarted after taking this attempt; it is not run twice"})
 	}
 	claimed, err := w.claims.Claim(a, o.GPUs)
@@ -564,28 +655,83 @@ func (w *Worker) dispatch(run, ctx context.Context, o ledger.DispatchOrder) bool
 		// ledger does not spend an attempt on that.
 		busy := errors.Is(err, ErrGPUsBusy)
 		log.Warn("cannot start", slog.Bool("busy", busy), slog.Any("err", err))
-		return w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N,
+		return nil, w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N,
 			Reason: truncate(err.Error()), Busy: busy})
 	}
-	// The record of the attempt (a write flushed to disk) and its place
-	// (a directory made) are made at once: each waits on the disk, and
-	// both are done before the started report.
+	return &confirmed{ord: o, a: a, log: log, claimed: claimed}, false
+}
+
+// start records the attempts of cs on disk, all with one flush, then
+// sends their started reports together, and starts each whose report is
+// stored, in order. It returns for each whether its order is to be acked:
+// not when the worker is stopping and could not store the attempt's
+// started or rejected report.
+func (w *Worker) start(ctx context.Context, cs []*confirmed) []bool {
+	// The record of the attempts (a write flushed to disk) and their
+	// places (directories made) are made at once: each waits on the disk,
+	// and both are done before the started reports.
+	as := make([]Attempt, len(cs))
+	for i, c := range cs {
+		as[i] = c.a
+	}
 	recorded := make(chan error, 1)
-	go func() { recorded <- w.state.add(a, time.Now()) }()
-	jail, perr := w.jobs.prepare(a)
-	if err := <-recorded; err != nil {
+	go func() { recorded <- w.state.addAll(as, time.Now()) }()
+	jails := make([]*jail, len(cs))
+	perrs := make([]error, len(cs))
+	for i, c := range cs {
+		jails[i], perrs[i] = w.jobs.prepare(c.a)
+	}
+	rerr := <-recorded
+	oks := make([]bool, len(cs))
+	rs := make([]*attempt, len(cs))
+	for i, c := range cs {
+		rs[i], oks[i] = w.place(ctx, c, jails[i], perrs[i], rerr)
+	}
+	// The started reports of the batch are stored side by side (their
+	// publishes share the connection's writes); no attempt starts before
+	// its own is stored. Reports of distinct jobs need no order.
+	stored := make([]bool, len(cs))
+	var sent sync.WaitGroup
+	for i, r := range rs {
+		if r == nil {
+			continue
+		}
+		sent.Go(func() { stored[i] = w.report(ctx, w.startedReport(cs[i], r)) })
+	}
+	sent.Wait()
+	for i, r := range rs {
+		if r != nil {
+			oks[i] = w.launch(ctx, cs[i], r, stored[i])
+		}
+	}
+	return oks
+}
+
+// startedReport is the started report of r, confirmed as c.
+func (w *Worker) startedReport(c *confirmed, r *attempt) ledger.Report {
+	return ledger.Report{Type: ledger.ReportStarted, Host: w.cfg.Host, Job: c.a.Job, Attempt: c.a.N, Devices: r.spec.Devices,
+		Model: c.claimed[0].Model}
+}
+
+// place readies one attempt to start, given its place (jail, or perr) and
+// whether its record failed (rerr): it returns the attempt, running from
+// now on (in the heartbeat), or nil when it is refused, with whether the
+// order is to be acked (its rejected report was stored).
+func (w *Worker) place(ctx context.Context, c *confirmed, jail *jail, perr, rerr error) (*attempt, bool) {
+	a, log, o, claimed := c.a, c.log, c.ord, c.claimed
+	if err := rerr; err != nil {
 		if perr == nil {
 			if rerr := w.jobs.release(jail); rerr != nil {
 				log.Warn("release the attempt's place", slog.Any("err", rerr))
 			}
 		}
 		w.claims.Release(a)
-		return w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Reason: truncate(err.Error())})
+		return nil, w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Reason: truncate(err.Error())})
 	}
 	if perr != nil {
 		w.claims.Release(a)
 		log.Error("cannot make the attempt's place", slog.Any("err", perr))
-		return w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Reason: truncate(perr.Error())})
+		return nil, w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Reason: truncate(perr.Error())})
 	}
 	if err := w.jobs.checkWorkdir(jail, o.Workdir); err != nil {
 		// The job's own error, not the host's: refused, so it is retried
@@ -595,7 +741,7 @@ func (w *Worker) dispatch(run, ctx context.Context, o ledger.DispatchOrder) bool
 			log.Warn("release the attempt's place", slog.Any("err", rerr))
 		}
 		w.claims.Release(a)
-		return w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Reason: truncate(err.Error())})
+		return nil, w.report(ctx, ledger.Report{Type: ledger.ReportRejected, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Reason: truncate(err.Error())})
 	}
 	devs := make([]string, len(claimed))
 	for i, d := range claimed {
@@ -606,13 +752,19 @@ func (w *Worker) dispatch(run, ctx context.Context, o ledger.DispatchOrder) bool
 	w.mu.Lock()
 	w.running[a] = r
 	w.mu.Unlock()
-	if !w.report(ctx, ledger.Report{Type: ledger.ReportStarted, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, Devices: devs,
-		Model: claimed[0].Model}) {
+	return r, false
+}
+
+// launch starts r once its started report is stored, and returns whether
+// its order is to be acked: not when the report was not stored.
+func (w *Worker) launch(ctx context.Context, c *confirmed, r *attempt, stored bool) bool {
+	a, log := c.a, c.log
+	if !stored {
 		// Stopping, and the ledger does not know the attempt started: do
 		// not start it. The unacked order comes back to the next process,
 		// which refuses it (the attempt is in this host's record), so the
 		// scheduler retries it.
-		if err := w.jobs.release(jail); err != nil {
+		if err := w.jobs.release(r.jail); err != nil {
 			log.Warn("release the attempt's place", slog.Any("err", err))
 		}
 		w.claims.Release(a)
@@ -621,7 +773,7 @@ func (w *Worker) dispatch(run, ctx context.Context, o ledger.DispatchOrder) bool
 		w.mu.Unlock()
 		return false
 	}
-	log.Debug("starting", slog.Any("gpu_uuid", devs))
+	log.Debug("starting", slog.Any("gpu_uuid", r.spec.Devices))
 	w.metrics().AttemptStarted()
 	w.wg.Add(1)
 	go w.run(ctx, r)

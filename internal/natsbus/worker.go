@@ -63,9 +63,12 @@ func ConsumerName(host string) string { return "worker-" + host }
 // with the error, and creates the consumer and its reader again with
 // backoff, for as long as it takes, calling lost(nil) each time it reads
 // again. An order not acked within AckWait is delivered again, so orders
-// buffered by a reader given up are not lost.
+// buffered by a reader given up are not lost. Up to ordersBuffer orders
+// wait on the channel, decoded, while the worker handles one: orders sent
+// together are then there together, for the worker to take as one batch
+// (one record of them on disk).
 func (b *WorkerBus) Orders(ctx context.Context, lost func(error)) <-chan worker.Order {
-	out := make(chan worker.Order)
+	out := make(chan worker.Order, ordersBuffer)
 	go func() {
 		defer close(out)
 		bo := backoff.NewExponentialBackOff()
@@ -89,6 +92,9 @@ func (b *WorkerBus) Orders(ctx context.Context, lost func(error)) <-chan worker.
 	return out
 }
 
+// ordersBuffer is how many orders wait on Orders' channel: a pull's worth.
+const ordersBuffer = 16
+
 // readOrders creates the consumer and a reader of it, and delivers orders
 // until reading fails or ctx ends. It resets bo once an order comes.
 func (b *WorkerBus) readOrders(ctx context.Context, out chan<- worker.Order, lost func(error), bo backoff.BackOff) error {
@@ -107,7 +113,7 @@ func (b *WorkerBus) readOrders(ctx context.Context, out chan<- worker.Order, los
 	if expiry < time.Second {
 		expiry = 10 * time.Second
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(16), jetstream.PullExpiry(expiry))
+	it, err := cons.Messages(jetstream.PullMaxMessages(ordersBuffer), jetstream.PullExpiry(expiry))
 	if err != nil {
 		return fmt.Errorf("read orders of %s: %w", b.host, err)
 	}

@@ -139,6 +139,47 @@ func TestOrdersSurviveADeletedConsumer(t *testing.T) {
 	}
 }
 
+// TestOrdersWaitTogether: orders published together wait on the channel
+// together, decoded, while the first is being handled (not acked), so the
+// worker can take them as one batch; each is then delivered in order.
+func TestOrdersWaitTogether(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Start(t).JetStream(t)
+	wb := newWorkerBus(t, js)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lost := make(lostLog, 64)
+	orders := wb.Orders(ctx, lost.lost)
+	lost.waitFor(t, false) // reading
+	jobs := []string{"w1", "w2", "w3", "w4"}
+	for _, j := range jobs {
+		order(ctx, t, js, j)
+	}
+	var first worker.Order
+	select {
+	case first = <-orders:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no order within 20s")
+	}
+	deadline := time.After(20 * time.Second)
+	for len(orders) < len(jobs)-1 {
+		select {
+		case <-deadline:
+			t.Fatalf("%d orders wait on the channel behind the first, want %d", len(orders), len(jobs)-1)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if d, ok := first.Effect.(ledger.DispatchOrder); !ok || d.Job != jobs[0] {
+		t.Fatalf("first order %+v, want the dispatch of %s", first.Effect, jobs[0])
+	}
+	if err := first.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs[1:] {
+		receive(ctx, t, orders, j)
+	}
+}
+
 // TestBusSurvivesAServerRestart stops the server and starts it again on
 // the same port and storage: reads of job records fail while it is away
 // (an error worth retrying, not a missing or bad record) and succeed after;
