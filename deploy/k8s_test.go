@@ -408,6 +408,9 @@ func TestK8sManifests(t *testing.T) {
 	// runtime, its seed by its node's name, and the capabilities of
 	// gpuq-worker.service.
 	spec := ds.Spec.Template.Spec
+	if spec.ShareProcessNamespace == nil || !*spec.ShareProcessNamespace {
+		t.Error("DaemonSet gpuq-worker: shareProcessNamespace is not true, so the worker is PID 1 and the zombies of its jobs' orphans are never reaped")
+	}
 	if spec.RuntimeClassName == nil || *spec.RuntimeClassName != "nvidia" || spec.NodeSelector["nvidia.com/gpu.present"] != "true" {
 		t.Errorf("DaemonSet gpuq-worker: runtimeClassName %v, nodeSelector %v; want nvidia and nvidia.com/gpu.present=true", spec.RuntimeClassName, spec.NodeSelector)
 	}
