@@ -968,7 +968,9 @@ func (t *term) stored(r decisionsStored, now time.Time) {
 		}
 	}
 	if r.err != nil {
-		t.publishing.failed(t.s.log, "cannot publish decisions; deciding again later", slog.Int("decisions", len(d.msgs)), slog.Any("err", r.err))
+		if !errors.Is(r.err, errHalted) { // else a batch failed: the term ends, and says why
+			t.publishing.failed(t.s.log, "cannot publish decisions; deciding again later", slog.Int("decisions", len(d.msgs)), slog.Any("err", r.err))
+		}
 		for _, c := range d.sent {
 			t.core.Abandon(t.state, c)
 		}

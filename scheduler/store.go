@@ -98,6 +98,9 @@ type Record struct {
 
 // Store persists the ledger view. The scheduler is its only writer; every
 // write is a compare-and-swap on the revision the store last read or wrote.
+// Within a term the flusher's two stages call Write at the same time as
+// another Write or Checkpoint, on other keys: an implementation must be
+// safe for that. Load and Refuse run alone.
 type Store interface {
 	// Load reads the whole view. It records the revision of every key for
 	// the writes that follow.

@@ -685,7 +685,8 @@ func (s *Store) Write(ctx context.Context, recs []scheduler.Record) error {
 		return nil
 	}
 	// At most writeWindow writes are in flight: the connection's async
-	// publishes are bounded (and shared with the decisions' publisher), and
+	// publishes are bounded (and shared with the other flush stage's Write
+	// and the decisions' publisher: up to three windows at once), and
 	// the first batch after a takeover can hold every record changed since
 	// the checkpoint.
 	var waits []pending
