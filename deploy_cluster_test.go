@@ -23,6 +23,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -249,18 +250,30 @@ func startDeployCluster(t *testing.T) *deployCluster {
 	const size = 3
 	// The environment of deploy/nats.env, with a password of its own in
 	// it. As the file ships, the password is unset: no node starts.
-	env := readEnvFile(t, "deploy/nats.env")
-	if _, ok := env["GPUQ_ROUTE_PASSWORD"]; ok {
-		t.Error("deploy/nats.env sets GPUQ_ROUTE_PASSWORD: as shipped it must leave it unset, so that a node started from it as it is does not start")
+	env, templates := readEnvFile(t, "deploy/nats.env")
+	for _, name := range []string{"GPUQ_ROUTE_PASSWORD", "GPUQ_NATS_ROUTES"} {
+		if _, ok := env[name]; ok {
+			t.Errorf("deploy/nats.env sets %s: as shipped it must leave it unset (a commented template), so that a node started from it as it is does not start", name)
+		}
+		if templates[name] == "" {
+			t.Fatalf("deploy/nats.env has no commented template #%s=...", name)
+		}
 	}
+	routesTemplate := templates["GPUQ_NATS_ROUTES"]
 	t.Setenv("GPUQ_NATS_NAME", env["GPUQ_NATS_NAME"])
-	t.Setenv("GPUQ_NATS_ROUTES", env["GPUQ_NATS_ROUTES"])
+	t.Setenv("GPUQ_NATS_ROUTES", routesTemplate)
 	if _, err := server.ProcessConfigFile("deploy/nats-cluster.conf"); err == nil || !strings.Contains(err.Error(), "GPUQ_ROUTE_PASSWORD") {
 		t.Errorf("deploy/nats-cluster.conf without $GPUQ_ROUTE_PASSWORD: %v, want it refused", err)
 	}
 	password := "gpuq-" + hex.EncodeToString(randomBytes(t, 32))
 	t.Setenv("GPUQ_ROUTE_PASSWORD", password)
-	t.Setenv("GPUQ_NATS_ROUTES", strings.ReplaceAll(env["GPUQ_NATS_ROUTES"], "PASSWORD", password))
+	// The password set, the routes left as shipped (unset): refused too,
+	// naming the routes, rather than dialling the peers with "PASSWORD".
+	os.Unsetenv("GPUQ_NATS_ROUTES")
+	if _, err := server.ProcessConfigFile("deploy/nats-cluster.conf"); err == nil || !strings.Contains(err.Error(), "GPUQ_NATS_ROUTES") {
+		t.Errorf("deploy/nats-cluster.conf without $GPUQ_NATS_ROUTES: %v, want it refused", err)
+	}
+	t.Setenv("GPUQ_NATS_ROUTES", strings.ReplaceAll(routesTemplate, "PASSWORD", password))
 	clientPorts, routePorts := make([]int, size), make([]int, size)
 	var routes []*url.URL
 	for i := range size {
@@ -388,27 +401,36 @@ func routeConnect(t *testing.T, addr, creds string) string {
 }
 
 // readEnvFile reads an environment file of deploy/ (KEY=VALUE lines,
-// comments and blank lines skipped), as systemd's EnvironmentFile= does
-// for these files, which quote nothing.
-func readEnvFile(t *testing.T, path string) map[string]string {
+// comments and blank lines as systemd's EnvironmentFile= reads them). It
+// returns the variables set and, apart, the commented templates: lines
+// "#KEY=VALUE" whose KEY is a variable's name, which a user uncomments and
+// fills in.
+func readEnvFile(t *testing.T, path string) (env, templates map[string]string) {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{}
+	env, templates = map[string]string{}, map[string]string{}
+	name := regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
 	for line := range strings.Lines(string(data)) {
 		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
+		if line == "" {
+			continue
+		}
+		if c, ok := strings.CutPrefix(line, "#"); ok {
+			if k, v, ok := strings.Cut(c, "="); ok && name.MatchString(k) {
+				templates[k] = v
+			}
 			continue
 		}
 		k, v, ok := strings.Cut(line, "=")
-		if !ok {
+		if !ok || !name.MatchString(k) {
 			t.Fatalf("%s: %q is not KEY=VALUE", path, line)
 		}
 		env[k] = v
 	}
-	return env
+	return env, templates
 }
 
 func randomBytes(t *testing.T, n int) []byte {
