@@ -10,7 +10,10 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -130,4 +133,63 @@ func BenchmarkEncodeEffect(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestEffectJSONCoversEveryField sets each field of JobEvent and
+// JournalEntry alone, by reflection, and then all together, and holds the
+// hand-written encoders to json.Marshal for each: a field added to either
+// struct and not to its encoder fails here, whatever its name or type.
+func TestEffectJSONCoversEveryField(t *testing.T) {
+	at := time.Date(2026, 12, 3, 6, 0, 0, 42, time.UTC)
+	check := func(t *testing.T, zero any, encode func(v any) ([]byte, error)) {
+		typ := reflect.TypeOf(zero)
+		all := reflect.New(typ).Elem()
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			one := reflect.New(typ).Elem()
+			setNonZero(t, one.Field(i), f, at, i)
+			setNonZero(t, all.Field(i), f, at, i)
+			got, err := encode(one.Interface())
+			checkJSONParity(t, typ.Name()+" with only "+f.Name, one.Interface(), got, err)
+		}
+		got, err := encode(all.Interface())
+		checkJSONParity(t, typ.Name()+" with every field", all.Interface(), got, err)
+	}
+	t.Run("JobEvent", func(t *testing.T) {
+		check(t, JobEvent{}, func(v any) ([]byte, error) { return marshalJobEvent(v.(JobEvent)) })
+	})
+	t.Run("JournalEntry", func(t *testing.T) {
+		check(t, JournalEntry{}, func(v any) ([]byte, error) { return marshalJournalEntry(v.(JournalEntry)) })
+	})
+}
+
+// setNonZero gives v, field f of a struct, a value that json.Marshal
+// writes (for an omitempty field too), different for each field i.
+func setNonZero(t *testing.T, v reflect.Value, f reflect.StructField, at time.Time, i int) {
+	t.Helper()
+	if v.Type() == reflect.TypeFor[time.Time]() {
+		v.Set(reflect.ValueOf(at.Add(time.Duration(i) * time.Second)))
+		return
+	}
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(fmt.Sprintf("%s-%d", strings.ToLower(f.Name), i))
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(int64(-100 - i))
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		v.SetUint(uint64(100 + i))
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Pointer:
+		p := reflect.New(v.Type().Elem())
+		setNonZero(t, p.Elem(), f, at, i)
+		v.Set(p)
+	case reflect.Slice:
+		s := reflect.MakeSlice(v.Type(), 2, 2)
+		setNonZero(t, s.Index(0), f, at, i)
+		setNonZero(t, s.Index(1), f, at, i+1000)
+		v.Set(s)
+	default:
+		t.Fatalf("field %s is a %s, which this test cannot fill: teach setNonZero, and the encoder, its kind", f.Name, v.Type())
+	}
 }
