@@ -80,8 +80,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	level := fs.String("log-level", "info", "log level of the embedded parts: debug, info (host loss, leader changes, rejected commands), warn or error")
 	retention := fs.Duration("job-retention", scheduler.DefaultJobRetention, "how long a finished job stays in the ledger before it moves to history")
 	metricsAddr := fs.String("metrics-listen", "127.0.0.1:0", "serve Prometheus /metrics, /healthz and /readyz on this HOST:PORT (port 0: a free one; empty: off)")
-	httpAddr := fs.String("http", "127.0.0.1:0", "serve the read-only web dashboard on this HOST:PORT (port 0: a free one; empty: off)")
-	httpPassword := fs.String(httpPasswordFlag, "", "ask every dashboard request for the password on this file's first line (HTTP Basic, any user name); needed to serve beyond loopback")
+	dash := addWebFlags(fs, "127.0.0.1:0", "serve the read-only web dashboard on this HOST:PORT (port 0: a free one; empty: off)")
 	if err := e.parseNoArgs(c, fs, args); err != nil {
 		return err
 	}
@@ -155,7 +154,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	ws, err := listenWeb(*httpAddr, *httpPassword)
+	ws, err := listenWeb(dash, log)
 	if err != nil {
 		return err
 	}

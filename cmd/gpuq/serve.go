@@ -149,8 +149,7 @@ func runSchedulerCmd(ctx context.Context, e *env, args []string) error {
 		"how long a finished job stays in the ledger before it moves to the history stream (a positive duration, e.g. 168h)")
 	fs.DurationVar(&o.retention.HistoryMaxAge, "history-max-age", 0, "how long the history stream keeps archived jobs (0: for good)")
 	metricsAddr := fs.String("metrics-listen", "", "serve Prometheus /metrics, /healthz and /readyz on this HOST:PORT (default off)")
-	httpAddr := fs.String("http", "", "serve the read-only web dashboard on this HOST:PORT, read with this scheduler's credentials (default off)")
-	httpPassword := fs.String(httpPasswordFlag, "", "ask every dashboard request for the password on this file's first line (HTTP Basic, any user name); needed to serve beyond loopback")
+	dash := addWebFlags(fs, "", "serve the read-only web dashboard on this HOST:PORT, read with this scheduler's credentials (default off)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if err := e.parseNoArgs(c, fs, args); err != nil {
 		return err
@@ -168,7 +167,7 @@ func runSchedulerCmd(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	ws, err := listenWeb(*httpAddr, *httpPassword)
+	ws, err := listenWeb(dash, log)
 	if err != nil {
 		return err
 	}

@@ -35,7 +35,7 @@ import (
 // dashboardURL is the dashboard address gpuq dev printed in its banner.
 func (d *devServer) dashboardURL() string {
 	d.t.Helper()
-	m := regexp.MustCompile(`(?m)^  dashboard  (http://\S+/)`).FindStringSubmatch(d.out.String())
+	m := regexp.MustCompile(`(?m)^  dashboard  (https?://\S+/)`).FindStringSubmatch(d.out.String())
 	if m == nil {
 		d.t.Fatalf("gpuq dev printed no dashboard line:\n%s", d.out.String())
 	}
