@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -145,32 +146,45 @@ func openGates(store *gateStore, pub *opPublisher) {
 	}
 }
 
-// checkFlushes checks the order of the flusher's calls in ops: checkpoints
-// rise; each is preceded, since the one before, by its own batch's
-// effects; no batch's effects are sent before the checkpoint of the batch
-// before; and between two checkpoints no key is written twice, so a key
-// never holds two versions past the checkpoint (a load could not rewind
-// it).
+// checkFlushes checks the order of the flusher's calls in ops (see
+// flushViolations) and reports each violation as an error.
 func checkFlushes(t *testing.T, ops []string) (checkpoints []uint64) {
 	t.Helper()
-	var effects []uint64 // since the last checkpoint
-	written := map[string]bool{}
+	checkpoints, bad := flushViolations(ops)
+	for _, b := range bad {
+		t.Error(b)
+	}
+	return checkpoints
+}
+
+// flushViolations returns the checkpoints in ops, and how the order of the
+// flusher's calls in ops breaks the rules: checkpoints rise; each is
+// preceded, since the one before, by its own batch's effects; no batch's
+// effects are sent before the checkpoint of the batch before; and no key is
+// written twice past the checkpoint, so a key never holds two versions past
+// it (a load could not rewind it). A checkpoint confirms only the writes at
+// or below it: a later batch's write begun before it (stage 1 beside stage
+// 2) is still past the checkpoint after it.
+func flushViolations(ops []string) (checkpoints []uint64, bad []string) {
+	var effects []uint64           // since the last checkpoint
+	written := map[string]uint64{} // key → the top sequence of its write past the checkpoint
 	for _, op := range ops {
 		f := strings.Fields(op)
 		var seq uint64
 		if _, err := fmt.Sscan(f[1], &seq); err != nil {
-			t.Fatalf("op %q: %v", op, err)
+			bad = append(bad, fmt.Sprintf("op %q: %v", op, err))
+			continue
 		}
 		switch f[0] {
 		case "checkpoint":
 			if n := len(checkpoints); n > 0 && seq <= checkpoints[n-1] {
-				t.Errorf("checkpoint %d after checkpoint %d", seq, checkpoints[n-1])
+				bad = append(bad, fmt.Sprintf("checkpoint %d after checkpoint %d", seq, checkpoints[n-1]))
 			}
 			if len(effects) != 1 || effects[0] != seq {
-				t.Errorf("checkpoint %d after effects %v since the last one, want its own alone", seq, effects)
+				bad = append(bad, fmt.Sprintf("checkpoint %d after effects %v since the last one, want its own alone", seq, effects))
 			}
 			checkpoints, effects = append(checkpoints, seq), nil
-			clear(written)
+			maps.DeleteFunc(written, func(_ string, top uint64) bool { return top <= seq })
 		case "effects":
 			effects = append(effects, seq)
 		case "write-begin":
@@ -178,14 +192,44 @@ func checkFlushes(t *testing.T, ops []string) (checkpoints []uint64) {
 				continue
 			}
 			for _, k := range strings.Split(f[2], ",") {
-				if written[k] {
-					t.Errorf("%s written twice between two checkpoints (%q)", k, op)
+				if _, ok := written[k]; ok {
+					bad = append(bad, fmt.Sprintf("%s written twice past the checkpoint (%q)", k, op))
 				}
-				written[k] = true
+				written[k] = seq
 			}
 		}
 	}
-	return checkpoints
+	return checkpoints, bad
+}
+
+// TestFlushViolationsKeepLaterWrites: a write of the next batch begun
+// before the checkpoint of the one before stays past that checkpoint, so a
+// third write of its key before the next checkpoint is a second version
+// past it. The checker cleared every write at each checkpoint, and passed
+// this order.
+func TestFlushViolationsKeepLaterWrites(t *testing.T) {
+	t.Parallel()
+	ok := []string{
+		"write-begin 1 account.a", "write-end 1 account.a",
+		"write-begin 3 job.j1", // batch 3 in stage 1 while batch 1 is in stage 2
+		"effects 1", "checkpoint 1",
+		"write-end 3 job.j1",
+		"effects 3", "checkpoint 3",
+		"write-begin 5 job.j1", "effects 5", "checkpoint 5",
+	}
+	if cps, bad := flushViolations(ok); len(bad) > 0 || fmt.Sprint(cps) != "[1 3 5]" {
+		t.Errorf("a good order: checkpoints %v, violations %q; want [1 3 5] and none", cps, bad)
+	}
+	twice := []string{
+		"write-begin 1 account.a", "write-end 1 account.a",
+		"write-begin 3 job.j1",
+		"effects 1", "checkpoint 1",
+		"write-begin 4 job.j1", // job.j1 again before checkpoint 3: two versions past checkpoint 1
+		"effects 3", "checkpoint 3",
+	}
+	if _, bad := flushViolations(twice); len(bad) != 1 || !strings.Contains(bad[0], "job.j1 written twice") {
+		t.Errorf("job.j1 written at 3 and 4 with only checkpoint 1 between: violations %q, want job.j1 written twice", bad)
+	}
 }
 
 // chanLog is a command log whose single follower delivers what the test

@@ -50,17 +50,17 @@ type flusher struct {
 	in  chan *batch  // to stage 1
 	mid chan *batch  // from stage 1 to stage 2, unbuffered: one batch in each
 	out chan flushed // one outcome per batch sent: room for all in flight
-	// sent is when each batch in flight was sent, oldest first, and
-	// sentAll how many were ever sent; the service goroutine's own.
-	sent    []time.Time
-	sentAll uint64
-	// left counts the batches that left stage 1, and free wakes the
-	// service goroutine after each: stage 1 is free to take the next
-	// batch when every batch sent has left it. A batch is prepared only
-	// then, so that it holds what was folded while the one before was in
-	// stage 1, rather than queue behind it with a few commands.
-	left atomic.Uint64
-	free chan struct{}
+	// sent is when each batch in flight was sent, oldest first; the
+	// service goroutine's own.
+	sent []time.Time
+	// inStage1 is set while a batch sent is in stage 1 (set by send,
+	// cleared as the batch leaves it), and free wakes the service
+	// goroutine after each batch leaves: stage 1 is free to take the
+	// next. A batch is prepared only then, so that it holds what was
+	// folded while the one before was in stage 1, rather than queue
+	// behind it with a few commands.
+	inStage1 atomic.Bool
+	free     chan struct{}
 	// halted is set once a batch failed, before its outcome is sent, so
 	// the other stage and the service goroutine write nothing more.
 	halted atomic.Bool
@@ -120,9 +120,9 @@ func (f *flusher) fail(b *batch, err error) {
 	f.out <- b.outcome(err)
 }
 
-// leave counts a batch out of stage 1 and wakes the service goroutine.
+// leave marks stage 1 free and wakes the service goroutine.
 func (f *flusher) leave() {
-	f.left.Add(1)
+	f.inStage1.Store(false)
 	select {
 	case f.free <- struct{}{}:
 	default: // a wake-up is pending already
@@ -132,13 +132,13 @@ func (f *flusher) leave() {
 // ready says stage 1 is free and the pipeline has room: the next batch
 // may be sent.
 func (f *flusher) ready() bool {
-	return len(f.sent) < maxInFlight && f.left.Load() == f.sentAll
+	return len(f.sent) < maxInFlight && !f.inStage1.Load()
 }
 
 // send hands b to the flusher, which must be ready.
 func (f *flusher) send(b *batch, now time.Time) {
 	f.sent = append(f.sent, now)
-	f.sentAll++
+	f.inStage1.Store(true) // before stage 1 can take b, and leave it
 	f.in <- b
 }
 
@@ -190,39 +190,33 @@ func (s *Service) persist(ctx context.Context, w leased, b *batch, prev *batch) 
 	for _, r := range b.recs {
 		b.keys[r.Key] = true
 	}
-	now := b.recs
+	// The records this stage writes: those prev does not also write,
+	// and of those only the first n where a test hook cuts the batch.
+	limit, cut := len(b.recs), false
+	if hook := s.cfg.Hooks.CutPersist; hook != nil {
+		if n := hook(b.applied, len(b.recs)); n < len(b.recs) {
+			limit, cut = max(n, 0), true
+		}
+	}
+	now := b.recs[:limit]
 	if prev != nil {
-		now = make([]Record, 0, len(b.recs))
-		for _, r := range b.recs {
-			if prev.keys[r.Key] {
+		now = make([]Record, 0, limit)
+		for i, r := range b.recs {
+			switch {
+			case prev.keys[r.Key]:
 				b.later = append(b.later, r)
-			} else {
+			case i < limit:
 				now = append(now, r)
 			}
 		}
 	}
-	if cut := s.cfg.Hooks.CutPersist; cut != nil {
-		if n := cut(b.applied, len(b.recs)); n < len(b.recs) {
-			// Only those of the first n this stage may write.
-			first := make([]Record, 0, len(now))
-			for _, r := range b.recs[:max(n, 0)] {
-				if prev == nil || !prev.keys[r.Key] {
-					first = append(first, r)
-				}
-			}
-			if len(first) > 0 {
-				if err := w.write(ctx, first); err != nil {
-					return fmt.Errorf("persist through %d: %w", b.applied, err)
-				}
-			}
-			return fmt.Errorf("cut after %d of %d records at %d: %w", n, len(b.recs), b.applied, ErrStopped)
+	if len(now) > 0 {
+		if err := w.write(ctx, now); err != nil {
+			return fmt.Errorf("persist through %d: %w", b.applied, err)
 		}
 	}
-	if len(now) == 0 {
-		return nil
-	}
-	if err := w.write(ctx, now); err != nil {
-		return fmt.Errorf("persist through %d: %w", b.applied, err)
+	if cut {
+		return fmt.Errorf("cut after %d of %d records at %d: %w", limit, len(b.recs), b.applied, ErrStopped)
 	}
 	return nil
 }

@@ -195,6 +195,16 @@ func (p *Publisher) Publish(ctx context.Context, msgs []wire.Message) (int, erro
 				continue
 			case <-f.Err():
 			case <-timeout.C:
+				// The timer may have fired while this goroutine waited
+				// to run, with the answer in as well (a select picks
+				// either): an answer in counts, whatever the timer says.
+				select {
+				case ack := <-f.Ok():
+					count(ack)
+					timeout.Reset(p.ackTimeout)
+					continue
+				default:
+				}
 				// No answer in time: publish this message and every one
 				// still unanswered one by one. A message the server did
 				// store is acked again as a duplicate.

@@ -116,11 +116,17 @@ func (f *windowFuture) Err() <-chan error { return nil }
 // message go, never more than the window ahead; after a timeout only the
 // messages then in flight and unanswered are published one by one, and the
 // rest go out asynchronously again.
+//
+// The ack timeout is a microsecond, shorter than any wait to be scheduled,
+// so the timer has always fired by the time an answered message is awaited:
+// the test holds however the goroutines are scheduled (with 50ms it failed
+// under load, when a wait to run outlasted the timeout and the select took
+// the timer over an answer already in).
 func TestPublishKeepsAWindowInFlight(t *testing.T) {
 	t.Parallel()
 	js := &windowJS{silent: 3}
 	p := NewPublisher(js)
-	p.ackTimeout = 50 * time.Millisecond
+	p.ackTimeout = time.Microsecond
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	msgs := make([]wire.Message, 3*window)
