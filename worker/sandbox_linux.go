@@ -18,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // On Linux the sweep reads /proc to find an attempt's processes:
@@ -566,17 +568,13 @@ func kill(e procEntry, sig syscall.Signal) {
 	if err := syscall.Fstat(fd, &st); err != nil || (e.ino > 1 && st.Ino != e.ino) {
 		return
 	}
-	_, _, errno := syscall.Syscall6(sysPidfdSendSignal, uintptr(fd), uintptr(sig), 0, 0, 0, 0)
+	_, _, errno := syscall.Syscall6(unix.SYS_PIDFD_SEND_SIGNAL, uintptr(fd), uintptr(sig), 0, 0, 0, 0)
 	if errno == syscall.ENOSYS {
 		_ = syscall.Kill(e.pid, sig) // ESRCH: gone already
 	}
 	// Any other error is ESRCH (gone already) or a process the worker
 	// may not signal, which kill(2) would refuse too.
 }
-
-// sysPidfdSendSignal is pidfd_send_signal's number, the same on every
-// architecture.
-const sysPidfdSendSignal = 424
 
 // sweep kills every process match accepts, listed by find, reading /proc
 // again after each round (a process may fork while the round runs), and
