@@ -177,7 +177,8 @@ type sandbox struct {
 	walk     sharedWalk    // the cleaner's, which alone uses it
 	shared   []string      // the directories walked: sharedDirs, unless a test sets others
 	// walkErr is the last walk's failure, nil once one succeeds: the ids
-	// it was for stay dirty, out of the pool, and are walked for again.
+	// it could not clean stay dirty, out of the pool, and are walked for
+	// again.
 	walkErr  error
 	stopping bool // the worker stops: a walk that fails is not retried
 	// walked is told of each walk's result, nil for a success; set by
@@ -394,10 +395,11 @@ func (s *sandbox) clean(uid uint32) {
 }
 
 // cleaner walks the shared directories for every dirty id at once, gives
-// them back, and goes on while more are dirty. The ids of a walk that
-// failed stay dirty, out of the pool (what their attempts left may still
+// them back, and goes on while more are dirty. The ids a walk could not
+// clean stay dirty, out of the pool (what their attempts left may still
 // be there for the next holder to read), and are walked for again after a
-// backoff, until a walk succeeds or the worker stops.
+// backoff, until a walk succeeds or the worker stops; the others of the
+// walk go back to the pool.
 func (s *sandbox) cleaner() {
 	bo := retryBackoff(cleanEvery, 5*time.Second)
 	for {
@@ -411,13 +413,14 @@ func (s *sandbox) cleaner() {
 			return
 		}
 		s.mu.Unlock()
-		err := s.walk.remove(batch, s.uids, s.shared, s.root)
+		failed, err := s.walk.remove(batch, s.uids, s.shared, s.root)
 		s.mu.Lock()
-		if err != nil {
-			s.dirty = append(batch, s.dirty...)
-		} else {
-			s.free = append(s.free, batch...)
+		for _, id := range batch {
+			if !slices.Contains(failed, id) {
+				s.free = append(s.free, id)
+			}
 		}
+		s.dirty = append(failed, s.dirty...)
 		s.walkErr = err
 		stop := err != nil && s.stopping
 		if stop {

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // On Linux the sweep reads /proc to find an attempt's processes:
@@ -566,17 +568,13 @@ func kill(e procEntry, sig syscall.Signal) {
 	if err := syscall.Fstat(fd, &st); err != nil || (e.ino > 1 && st.Ino != e.ino) {
 		return
 	}
-	_, _, errno := syscall.Syscall6(sysPidfdSendSignal, uintptr(fd), uintptr(sig), 0, 0, 0, 0)
+	_, _, errno := syscall.Syscall6(unix.SYS_PIDFD_SEND_SIGNAL, uintptr(fd), uintptr(sig), 0, 0, 0, 0)
 	if errno == syscall.ENOSYS {
 		_ = syscall.Kill(e.pid, sig) // ESRCH: gone already
 	}
 	// Any other error is ESRCH (gone already) or a process the worker
 	// may not signal, which kill(2) would refuse too.
 }
-
-// sysPidfdSendSignal is pidfd_send_signal's number, the same on every
-// architecture.
-const sysPidfdSendSignal = 424
 
 // sweep kills every process match accepts, listed by find, reading /proc
 // again after each round (a process may fork while the round runs), and
@@ -755,9 +753,24 @@ const racyWindow = 2 * time.Second
 // close it again before their walk. Symbolic links are removed, never
 // followed. It reads only the directories that changed since w's last
 // walk, or that held an entry of uids then.
-func (w *sharedWalk) remove(uids []uint32, pool IDRange, roots []string, skip string) error {
+//
+// It returns the uids it could not clean (in the order given) and why,
+// nil and nil when it cleaned them all: a uid whose entry could not be
+// removed, and every uid that owns something left under that entry (a pool
+// uid can write in another's directory); every uid when what failed says
+// nothing of whose files are where (a directory or an entry that could not
+// be read). Only those stay out of the pool; the others are clean.
+func (w *sharedWalk) remove(uids []uint32, pool IDRange, roots []string, skip string) (failed []uint32, err error) {
 	next := map[string]*dirSeen{}
 	var errs []error
+	// all: a failure no uid can be told from; some: the uids whose
+	// entries are left.
+	all := false
+	some := map[uint32]bool{}
+	unknown := func(err error) {
+		errs = append(errs, err)
+		all = true
+	}
 	now := time.Now()
 	window := cmp.Or(w.window, racyWindow)
 	var visit func(dir string, st *syscall.Stat_t)
@@ -787,7 +800,7 @@ func (w *sharedWalk) remove(uids []uint32, pool IDRange, roots []string, skip st
 				var sst syscall.Stat_t
 				if err := syscall.Lstat(sub, &sst); err != nil {
 					if !errors.Is(err, syscall.ENOENT) {
-						errs = append(errs, &fs.PathError{Op: "lstat", Path: sub, Err: err})
+						unknown(&fs.PathError{Op: "lstat", Path: sub, Err: err})
 					}
 					continue
 				}
@@ -800,7 +813,7 @@ func (w *sharedWalk) remove(uids []uint32, pool IDRange, roots []string, skip st
 		ents, err := os.ReadDir(dir)
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
-				errs = append(errs, err)
+				unknown(err)
 			}
 			return // not remembered: read again next time
 		}
@@ -814,7 +827,7 @@ func (w *sharedWalk) remove(uids []uint32, pool IDRange, roots []string, skip st
 			var est syscall.Stat_t
 			if err := syscall.Lstat(path, &est); err != nil {
 				if !errors.Is(err, syscall.ENOENT) {
-					errs = append(errs, &fs.PathError{Op: "lstat", Path: path, Err: err})
+					unknown(&fs.PathError{Op: "lstat", Path: path, Err: err})
 					seen.racy = true // what it holds is unknown: read it again next time
 				}
 				continue
@@ -822,6 +835,10 @@ func (w *sharedWalk) remove(uids []uint32, pool IDRange, roots []string, skip st
 			if slices.Contains(uids, est.Uid) {
 				if err := os.RemoveAll(path); err != nil {
 					errs = append(errs, err)
+					some[est.Uid] = true
+					if !ownersLeft(path, uids, some) {
+						all = true
+					}
 					seen.owners = append(seen.owners, est.Uid) // looked at again next time
 				}
 				continue
@@ -840,7 +857,7 @@ func (w *sharedWalk) remove(uids []uint32, pool IDRange, roots []string, skip st
 		var st syscall.Stat_t
 		if err := syscall.Lstat(root, &st); err != nil {
 			if !errors.Is(err, syscall.ENOENT) {
-				errs = append(errs, &fs.PathError{Op: "lstat", Path: root, Err: err})
+				unknown(&fs.PathError{Op: "lstat", Path: root, Err: err})
 			}
 			continue // no such shared directory here
 		}
@@ -849,8 +866,41 @@ func (w *sharedWalk) remove(uids []uint32, pool IDRange, roots []string, skip st
 		}
 	}
 	w.seen = next
-	if len(errs) > 0 {
-		return fmt.Errorf("remove what uids %v left in %v: %w", uids, roots, errors.Join(errs...))
+	if len(errs) == 0 {
+		return nil, nil
 	}
-	return nil
+	for _, u := range uids {
+		if all || some[u] {
+			failed = append(failed, u)
+		}
+	}
+	return failed, fmt.Errorf("remove what uids %v left in %v: %w", failed, roots, errors.Join(errs...))
+}
+
+// ownersLeft adds to some each of uids that owns something left at or under
+// path, whose removal failed, and reports whether it could look at all of
+// it: false when something there could not be read, whose owner is then
+// unknown.
+func ownersLeft(path string, uids []uint32, some map[uint32]bool) bool {
+	whole := true
+	err := filepath.WalkDir(path, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				whole = false
+			}
+			return nil // what is not there was removed
+		}
+		var st syscall.Stat_t
+		if err := syscall.Lstat(p, &st); err != nil {
+			if !errors.Is(err, syscall.ENOENT) {
+				whole = false
+			}
+			return nil
+		}
+		if slices.Contains(uids, st.Uid) {
+			some[st.Uid] = true
+		}
+		return nil
+	})
+	return whole && err == nil
 }

@@ -4,6 +4,7 @@ package worker
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -177,6 +178,88 @@ func TestSandboxFailedWalkKeepsTheUIDsOut(t *testing.T) {
 	}
 	if err := sb.release(j); err != nil {
 		t.Fatal(err)
+	}
+	sb.settle()
+}
+
+// TestSandboxWalkFailureKeepsOutOnlyItsUIDs: when the walk for the uids of
+// several ended attempts cannot remove what one of them left, only that
+// uid stays out of the pool; the others, whose files are gone, come back
+// to it (one stuck file must not drain the pool).
+func TestSandboxWalkFailureKeepsOutOnlyItsUIDs(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("a uid pool takes root")
+	}
+	first := poolBase + poolNext.Add(1)*8
+	pool := IDRange{first, first + 2}
+	state, jobs := sandboxDirs(t, mode{uids: pool})
+	sb, err := newSandbox(&Config{Host: "h", StateDir: state, JobRoot: jobs, JobUIDs: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := t.TempDir()
+	sb.shared = []string{shared}
+	walked := make(chan error, 100)
+	sb.walked = func(err error) { walked <- err }
+	var js []*jail
+	for _, job := range []string{"a", "b", "c"} {
+		j, err := sb.prepare(Attempt{Job: job, N: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		js = append(js, j)
+	}
+	// The first attempt's uid leaves a file no walk can remove.
+	stuck := filepath.Join(shared, "stuck")
+	if err := os.WriteFile(stuck, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(stuck, int(js[0].uid), int(js[0].uid)); err != nil {
+		t.Fatal(err)
+	}
+	immutable(t, stuck)
+	// All three end before the cleaner looks: one walk for all of them.
+	sb.mu.Lock()
+	for _, j := range js {
+		if err := os.RemoveAll(j.dir); err != nil {
+			t.Fatal(err)
+		}
+		delete(sb.used, j.uid)
+		sb.dirty = append(sb.dirty, j.uid)
+	}
+	sb.startCleaner()
+	sb.mu.Unlock()
+	select {
+	case err := <-walked:
+		if err == nil {
+			t.Fatal("the walk removed an immutable file")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no walk within 20s")
+	}
+	var again []*jail
+	for _, job := range []string{"d", "e"} {
+		j, err := sb.prepare(Attempt{Job: job, N: 1})
+		if err != nil {
+			t.Fatalf("attempt %s: %v (the uids whose files were removed did not come back)", job, err)
+		}
+		if j.uid == js[0].uid {
+			t.Fatalf("attempt %s got uid %d, whose file the walk could not remove", job, j.uid)
+		}
+		again = append(again, j)
+	}
+	if j, err := sb.prepare(Attempt{Job: "f", N: 1}); err == nil {
+		t.Fatalf("attempt f got uid %d while the walk for it fails", j.uid)
+	}
+	// Once the file can go, a walk removes it and the uid comes back.
+	if out, err := exec.Command("chattr", "-i", stuck).CombinedOutput(); err != nil {
+		t.Fatalf("chattr -i: %v: %s", err, out)
+	}
+	for _, j := range again {
+		if err := sb.release(j); err != nil {
+			t.Fatal(err)
+		}
 	}
 	sb.settle()
 }

@@ -21,7 +21,7 @@ var sharedDirs []string
 // sharedWalk has nothing to walk outside Linux.
 type sharedWalk struct{}
 
-func (*sharedWalk) remove([]uint32, IDRange, []string, string) error { return nil }
+func (*sharedWalk) remove([]uint32, IDRange, []string, string) ([]uint32, error) { return nil, nil }
 
 // clearXattrs does not know this system's extended attributes: an
 // attempt's directory is removed, not kept as a spare.

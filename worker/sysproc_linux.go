@@ -3,10 +3,11 @@
 package worker
 
 import (
-	"encoding/binary"
 	"os"
 	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // sysProcAttr starts a child in its own process group, so a stop reaches
@@ -53,27 +54,26 @@ const waitsUnreaped = true
 // pid or its process group's number. It reports false, having waited for
 // nothing, if the system refuses.
 func waitExit(pid int) (int, bool) {
-	// siginfo_t: si_signo, si_errno, si_code (int32 each), then, after
-	// padding to the union's alignment, si_pid, si_uid and si_status.
-	var info [128]byte
+	var info unix.Siginfo // si_code where this architecture puts it (mips swaps it with si_errno)
 	for {
-		_, _, e := syscall.Syscall6(syscall.SYS_WAITID, pWaitPID, uintptr(pid), uintptr(unsafe.Pointer(&info[0])),
-			syscall.WEXITED|wNoWait, 0, 0)
-		if e == syscall.EINTR {
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err == unix.EINTR {
 			continue
 		}
-		if e != 0 {
+		if err != nil {
 			return 0, false
 		}
 		break
 	}
+	// The union after si_signo, si_errno and si_code is aligned to a
+	// pointer on every architecture; a child's exit there is si_pid,
+	// si_uid, then si_status.
 	union := 3 * 4
 	if unsafe.Sizeof(uintptr(0)) == 8 {
 		union = 16
 	}
-	code := int32(binary.NativeEndian.Uint32(info[8:]))
-	status := int(int32(binary.NativeEndian.Uint32(info[union+8:])))
-	switch code {
+	status := int(*(*int32)(unsafe.Add(unsafe.Pointer(&info), union+8)))
+	switch info.Code {
 	case cldExited:
 		return status, true
 	case cldKilled, cldDumped:
@@ -82,11 +82,9 @@ func waitExit(pid int) (int, bool) {
 	return 0, false
 }
 
-// From <sys/wait.h> and <signal.h>.
+// From <signal.h>.
 const (
-	pWaitPID  = 1          // P_PID
-	wNoWait   = 0x01000000 // WNOWAIT
-	cldExited = 1          // CLD_EXITED
-	cldKilled = 2          // CLD_KILLED
-	cldDumped = 3          // CLD_DUMPED
+	cldExited = 1 // CLD_EXITED
+	cldKilled = 2 // CLD_KILLED
+	cldDumped = 3 // CLD_DUMPED
 )

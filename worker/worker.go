@@ -860,6 +860,11 @@ func (w *Worker) run(ctx context.Context, r *attempt) {
 	if err != nil {
 		out.note(fmt.Sprintf("gpuq: cannot start %q: %v\n", r.spec.Command[0], err))
 		o = Outcome{ExitCode: 127}
+		if err := w.jobs.release(r.jail); err != nil {
+			log.Warn("release the attempt's place", slog.Any("err", err))
+		}
+		w.claims.Release(a)
+		out.close(o)
 	} else {
 		w.mu.Lock()
 		r.proc = proc
@@ -869,24 +874,28 @@ func (w *Worker) run(ctx context.Context, r *attempt) {
 			proc.stop(pending, infra)
 		}
 		o = proc.wait(r.spec.Walltime)
+		// The output is whole once wait returns: its end marker is sent
+		// while the attempt is swept, and stored before the done report.
+		closed := make(chan struct{})
+		go func() { defer close(closed); out.close(o) }()
 		err := untilGone(ctx, w.leftovers, proc.sweep)
 		proc.reap()
 		if err != nil {
 			// The worker is ending; its next life kills them (see
 			// reclaim) before it offers the GPUs.
 			log.Error("stopping with processes of the attempt left; its GPUs are not freed and it is not reported", slog.Any("err", err))
-			out.close(o)
+			<-closed
 			w.mu.Lock()
 			delete(w.running, a)
 			w.mu.Unlock()
 			return
 		}
+		if err := w.jobs.release(r.jail); err != nil {
+			log.Warn("release the attempt's place", slog.Any("err", err))
+		}
+		w.claims.Release(a)
+		<-closed
 	}
-	if err := w.jobs.release(r.jail); err != nil {
-		log.Warn("release the attempt's place", slog.Any("err", err))
-	}
-	w.claims.Release(a)
-	out.close(o)
 	w.metrics().AttemptEnded(attemptEnd(o, proc != nil), o.Runtime)
 	rep := ledger.Report{Type: ledger.ReportDone, Host: w.cfg.Host, Job: a.Job, Attempt: a.N, ExitCode: o.ExitCode, Runtime: o.Runtime}
 	if o.Infra {
