@@ -490,9 +490,18 @@ func (c *cluster) audit() *ledger.State {
 	if err != nil {
 		c.t.Fatalf("load the ledger: %v", err)
 	}
-	j, err := c.c.Journal(c.ctx(), time.Time{})
-	if err != nil {
-		c.t.Fatalf("read the journal: %v", err)
+	// Just after a cluster's nodes come back, the server the client is on
+	// may for a moment have no JetStream API to answer (no responders):
+	// read again then, for a while, as a user would.
+	var j client.Journal
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		var err error
+		if j, err = c.c.Journal(c.ctx(), time.Time{}); err == nil {
+			break
+		} else if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) {
+			c.t.Fatalf("read the journal: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	for _, bad := range j.Bad {
 		c.t.Errorf("journal: %s", bad)
