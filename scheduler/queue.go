@@ -94,7 +94,7 @@ func (q *Queue) Push(it QueueItem) {
 	q.fixHead(aq)
 }
 
-// pushAll queues every job of items, none of which may be queued already,
+// pushAll queues every job of items (one already queued is left as it is)
 // as Push would one at a time: the items are added to their accounts' heaps,
 // which are then restored at once, in O(n) rather than O(n log n), and the
 // index is sized once. Items are allocated in blocks: a million queued at a
