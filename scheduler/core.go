@@ -3,7 +3,6 @@ package scheduler
 import (
 	"cmp"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -215,15 +214,33 @@ func (c *Core) Load(s *ledger.State) {
 	for id, a := range s.Accounts {
 		c.weights[id] = a.Weight
 	}
+	// A pending job that never ran, nearly every job of a large takeover,
+	// adds no usage and is only queued: those are queued at once, in bulk,
+	// after the rest, whose order matters. The queue's order is total, so
+	// the order jobs are queued in does not reach a decision.
+	fresh := make([]QueueItem, 0, len(s.Jobs))
+	var rest []string
+	for id, j := range s.Jobs {
+		if j.State == ledger.StatePending && len(j.Attempts()) == 0 && !j.Gated() {
+			fresh = append(fresh, QueueItem{Job: j.ID, Account: j.Account, Priority: j.Priority, SubmitSeq: j.SubmitSeq})
+			delete(c.lostSent, id) // as index does for a job off its host
+			continue
+		}
+		rest = append(rest, id)
+	}
 	// In job order: usage is a float sum, and no map order may reach a
 	// decision.
-	for _, id := range slices.Sorted(maps.Keys(s.Jobs)) {
+	slices.Sort(rest)
+	for _, id := range rest {
 		j := s.Jobs[id]
 		for _, a := range j.Attempts() {
 			c.usage.add(j.Account, attemptUsage(a), a.EndedAt)
 		}
 		c.index(j)
 	}
+	// Last, so the accounts take their places among the heads with the
+	// usage of every attempt counted.
+	c.queue.pushAll(fresh)
 }
 
 // attemptUsage is the GPU-seconds an ended attempt used.

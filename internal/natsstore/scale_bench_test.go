@@ -9,13 +9,16 @@ package natsstore_test
 // natstest.Start), as a deployment's runs beside the scheduler, so that
 // neither its heap nor its CPU counts as the leader's. cpu-ns/job is the
 // leader's CPU time per job, steadier than the wall time on a shared
-// machine. GPUQ_HEAP_PROFILE=file writes a heap profile while the leader's
-// view is held, for what the bytes are.
+// machine; server-cpu-ns/job is the child nats-server's (in 10ms ticks).
+// GPUQ_HEAP_PROFILE=file writes a heap profile while the leader's view is
+// held, for what the bytes are; GPUQ_LOAD_CPU_PROFILE=file a CPU profile of
+// the load alone.
 //
 //	go test ./internal/natsstore -run XXX -bench TakeoverPending -benchtime 2x -bench.pending=100000
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -24,6 +27,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -75,7 +79,7 @@ func serveChild(dir string) error {
 
 // setupChild is setup with the server in a child process, stopped when the
 // benchmark ends.
-func setupChild(b *testing.B, cfg natsbus.SetupConfig) (jetstream.JetStream, jetstream.KeyValue) {
+func setupChild(b *testing.B, cfg natsbus.SetupConfig) (jetstream.JetStream, jetstream.KeyValue, *os.Process) {
 	b.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childServerEnv+"="+b.TempDir())
@@ -120,7 +124,7 @@ func setupChild(b *testing.B, cfg natsbus.SetupConfig) (jetstream.JetStream, jet
 	if err != nil {
 		b.Fatal(err)
 	}
-	return js, kv
+	return js, kv, cmd.Process
 }
 
 var benchPending = flag.Int("bench.pending", 20000, "pending jobs in the scale benchmarks")
@@ -178,7 +182,7 @@ func writePending(b *testing.B, ctx context.Context, s *natsstore.Store, n int) 
 func BenchmarkTakeoverPending(b *testing.B) {
 	n := *benchPending
 	b.Run(fmt.Sprintf("pending=%d", n), func(b *testing.B) {
-		js, kv := setupChild(b, natsbus.SetupConfig{})
+		js, kv, server := setupChild(b, natsbus.SetupConfig{})
 		ctx := context.Background()
 		s := natsstore.New(js, kv)
 		if _, err := s.Load(ctx); err != nil {
@@ -186,12 +190,13 @@ func BenchmarkTakeoverPending(b *testing.B) {
 		}
 		writePending(b, ctx, s, n)
 		var held float64
-		var cpu time.Duration
+		var cpu, serverCPU time.Duration
 		b.ResetTimer()
 		for b.Loop() {
 			b.StopTimer()
 			base := heapNow()
-			cpu0 := cpuTime()
+			cpu0, server0 := cpuTime(), childCPUTime(b, server)
+			stop := startCPUProfile(b)
 			b.StartTimer()
 			s := natsstore.New(js, kv)
 			view, err := s.Load(ctx)
@@ -201,7 +206,9 @@ func BenchmarkTakeoverPending(b *testing.B) {
 			core := scheduler.NewCore(scheduler.CoreConfig{})
 			core.Load(view.State)
 			b.StopTimer()
+			stop()
 			cpu += cpuTime() - cpu0
+			serverCPU += childCPUTime(b, server) - server0
 			if len(view.State.Jobs) != n {
 				b.Fatalf("loaded %d jobs, want %d", len(view.State.Jobs), n)
 			}
@@ -223,6 +230,7 @@ func BenchmarkTakeoverPending(b *testing.B) {
 		}
 		b.ReportMetric(held-commandBytes, "B/job-beyond-command")
 		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/float64(n), "cpu-ns/job")
+		b.ReportMetric(float64(serverCPU.Nanoseconds())/float64(b.N)/float64(n), "server-cpu-ns/job")
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/job")
 	})
 }
@@ -234,6 +242,55 @@ func cpuTime() time.Duration {
 		panic(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// childCPUTime is the CPU time process p (the child nats-server) has used,
+// from /proc, in clock ticks of 10ms.
+func childCPUTime(b *testing.B, p *os.Process) time.Duration {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command's closing parenthesis: utime and stime
+	// are the 12th and 13th of them.
+	f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	if len(f) < 13 {
+		b.Fatalf("/proc/%d/stat: %q", p.Pid, data)
+	}
+	var ticks int64
+	for _, s := range f[11:13] {
+		t, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			b.Fatalf("/proc/%d/stat: %v", p.Pid, err)
+		}
+		ticks += t
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
+}
+
+// startCPUProfile starts a CPU profile of the load alone, into the file
+// GPUQ_LOAD_CPU_PROFILE names (with -test.cpuprofile the profile also
+// holds the ledger's writing); the returned func stops it.
+func startCPUProfile(b *testing.B) (stop func()) {
+	b.Helper()
+	f := os.Getenv("GPUQ_LOAD_CPU_PROFILE")
+	if f == "" {
+		return func() {}
+	}
+	out, err := os.Create(f)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(out); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := out.Close(); err != nil {
+			b.Error(err)
+		}
+	}
 }
 
 func heapNow() uint64 {
