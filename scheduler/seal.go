@@ -11,7 +11,10 @@ import (
 // Sealing quiet accounts: the fold seals an account's journal only when a
 // command moves it, so the core decides to seal every account whose newest
 // seal is ledger.SealInterval old (see [ledger.Seal]). It looks once a
-// minute, and makes at most maxSeals decisions a pass, in account order.
+// minute, on the first pass at or after each whole minute of the clock, so
+// that a leader that takes over scans when the one before it would have
+// (both decide the same on the same state), and makes at most maxSeals
+// decisions a pass, in account order.
 
 const (
 	sealScanEvery = time.Minute
@@ -37,7 +40,7 @@ func (c *Core) seals(s *ledger.State, now time.Time) []ledger.Command {
 	if now.Before(sl.next) {
 		return nil
 	}
-	sl.next = now.Add(sealScanEvery)
+	sl.next = now.Truncate(sealScanEvery).Add(sealScanEvery)
 	var out []ledger.Command
 	for _, id := range slices.Sorted(maps.Keys(s.Accounts)) {
 		a := s.Accounts[id]
