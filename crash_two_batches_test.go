@@ -3,8 +3,8 @@ package gpuq_test
 // A crash with two batches in the flush pipeline at once: the later
 // batch's records written in stage 1 while the earlier one, its records
 // written too, has sent neither its effects nor its checkpoint. Keys then
-// hold versions past the checkpoint from two batches (none twice: the
-// later batch holds back the keys of the earlier one). A new scheduler on
+// hold versions past the checkpoint from two batches, the account's one of
+// each: a load must walk its history back two versions. A new scheduler on
 // the same server must fold to the same ledger: every job run once,
 // charged once, nothing reserved, and the audit whole.
 
@@ -46,8 +46,8 @@ func TestCrashWithTwoBatchesInFlight(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
 	// No host until the restart: the first scheduler dispatches nothing,
-	// so the batch after j1's holds the records of j2 and j3 (a dispatch
-	// of j1 would be a batch of j1's key alone, all held back to stage 2).
+	// so the batch after j1's holds the records of j2 and j3 and the
+	// account's, which j1's batch wrote too.
 	w := c.worker("h1")
 	stop := errors.New("crash")
 	store := &wroteStore{wrote: make(chan uint64, 64)}

@@ -69,7 +69,11 @@ func (s *gateStore) Write(ctx context.Context, recs []scheduler.Record) error {
 	keys := make([]string, 0, len(recs))
 	for _, r := range recs {
 		top = max(top, r.Seq)
-		keys = append(keys, r.Key)
+		if r.Delete {
+			keys = append(keys, "-"+r.Key) // a removal
+		} else {
+			keys = append(keys, r.Key)
+		}
 	}
 	s.ops.add("write-begin %d %s", top, strings.Join(keys, ","))
 	if s.gate != nil {
@@ -160,14 +164,21 @@ func checkFlushes(t *testing.T, ops []string) (checkpoints []uint64) {
 // flushViolations returns the checkpoints in ops, and how the order of the
 // flusher's calls in ops breaks the rules: checkpoints rise; each is
 // preceded, since the one before, by its own batch's effects; no batch's
-// effects are sent before the checkpoint of the batch before; and no key is
-// written twice past the checkpoint, so a key never holds two versions past
-// it (a load could not rewind it). A checkpoint confirms only the writes at
-// or below it: a later batch's write begun before it (stage 1 beside stage
-// 2) is still past the checkpoint after it.
+// effects are sent before the checkpoint of the batch before; no key is
+// written more than scheduler.MinLedgerHistory-1 times past the checkpoint
+// (a load could not rewind it); and a removal (written "-key") is never
+// past the checkpoint beside another write of its key (a load walks a key's
+// history back only as far as its last removal). A checkpoint confirms
+// only the writes at or below it: a later batch's write begun before it
+// (stage 1 beside stage 2) is still past the checkpoint after it.
 func flushViolations(ops []string) (checkpoints []uint64, bad []string) {
-	var effects []uint64           // since the last checkpoint
-	written := map[string]uint64{} // key → the top sequence of its write past the checkpoint
+	type past struct {
+		top     uint64 // the top sequence of its writes past the checkpoint
+		n       int    // how many
+		removal bool   // whether one of them is a removal
+	}
+	var effects []uint64         // since the last checkpoint
+	written := map[string]past{} // key → its writes past the checkpoint
 	for _, op := range ops {
 		f := strings.Fields(op)
 		var seq uint64
@@ -184,7 +195,7 @@ func flushViolations(ops []string) (checkpoints []uint64, bad []string) {
 				bad = append(bad, fmt.Sprintf("checkpoint %d after effects %v since the last one, want its own alone", seq, effects))
 			}
 			checkpoints, effects = append(checkpoints, seq), nil
-			maps.DeleteFunc(written, func(_ string, top uint64) bool { return top <= seq })
+			maps.DeleteFunc(written, func(_ string, p past) bool { return p.top <= seq })
 		case "effects":
 			effects = append(effects, seq)
 		case "write-begin":
@@ -192,10 +203,15 @@ func flushViolations(ops []string) (checkpoints []uint64, bad []string) {
 				continue
 			}
 			for _, k := range strings.Split(f[2], ",") {
-				if _, ok := written[k]; ok {
-					bad = append(bad, fmt.Sprintf("%s written twice past the checkpoint (%q)", k, op))
+				key, removal := strings.CutPrefix(k, "-")
+				p := written[key]
+				switch {
+				case p.n > 0 && (removal || p.removal):
+					bad = append(bad, fmt.Sprintf("%s written past the checkpoint beside a removal (%q)", key, op))
+				case p.n >= scheduler.MinLedgerHistory-1:
+					bad = append(bad, fmt.Sprintf("%s written %d times past the checkpoint (%q)", key, p.n+1, op))
 				}
-				written[k] = seq
+				written[key] = past{top: seq, n: p.n + 1, removal: p.removal || removal}
 			}
 		}
 	}
@@ -204,31 +220,45 @@ func flushViolations(ops []string) (checkpoints []uint64, bad []string) {
 
 // TestFlushViolationsKeepLaterWrites: a write of the next batch begun
 // before the checkpoint of the one before stays past that checkpoint, so a
-// third write of its key before the next checkpoint is a second version
-// past it. The checker cleared every write at each checkpoint, and passed
-// this order.
+// third write of its key before the next checkpoint is a third version past
+// it. The checker once cleared every write at each checkpoint, and passed
+// such an order. A removal beside any other write past the checkpoint is a
+// violation too.
 func TestFlushViolationsKeepLaterWrites(t *testing.T) {
 	t.Parallel()
 	ok := []string{
 		"write-begin 1 account.a", "write-end 1 account.a",
-		"write-begin 3 job.j1", // batch 3 in stage 1 while batch 1 is in stage 2
+		"write-begin 3 job.j1,account.a", // batch 3 in stage 1 while batch 1 is in stage 2
 		"effects 1", "checkpoint 1",
-		"write-end 3 job.j1",
+		"write-end 3 job.j1,account.a",
 		"effects 3", "checkpoint 3",
 		"write-begin 5 job.j1", "effects 5", "checkpoint 5",
+		"write-begin 7 -job.j1", "effects 7", "checkpoint 7",
 	}
-	if cps, bad := flushViolations(ok); len(bad) > 0 || fmt.Sprint(cps) != "[1 3 5]" {
-		t.Errorf("a good order: checkpoints %v, violations %q; want [1 3 5] and none", cps, bad)
+	if cps, bad := flushViolations(ok); len(bad) > 0 || fmt.Sprint(cps) != "[1 3 5 7]" {
+		t.Errorf("a good order: checkpoints %v, violations %q; want [1 3 5 7] and none", cps, bad)
 	}
-	twice := []string{
-		"write-begin 1 account.a", "write-end 1 account.a",
+	thrice := []string{
+		"write-begin 1 job.j1", "write-end 1 job.j1",
 		"write-begin 3 job.j1",
 		"effects 1", "checkpoint 1",
-		"write-begin 4 job.j1", // job.j1 again before checkpoint 3: two versions past checkpoint 1
+		"write-begin 4 job.j1", // job.j1 again before checkpoint 3: with 1 and 3, three versions past checkpoint 0
 		"effects 3", "checkpoint 3",
 	}
-	if _, bad := flushViolations(twice); len(bad) != 1 || !strings.Contains(bad[0], "job.j1 written twice") {
-		t.Errorf("job.j1 written at 3 and 4 with only checkpoint 1 between: violations %q, want job.j1 written twice", bad)
+	if _, bad := flushViolations(thrice); len(bad) != 1 || !strings.Contains(bad[0], "job.j1 written 3 times") {
+		t.Errorf("job.j1 written at 1, 3 and 4 with only checkpoint 1 between: violations %q, want job.j1 written 3 times", bad)
+	}
+	removed := []string{
+		"write-begin 1 job.j1", "write-end 1 job.j1",
+		"write-begin 3 -job.j1", // removed while its write at 1 is past the checkpoint
+		"effects 1", "checkpoint 1", "effects 3", "checkpoint 3",
+		"write-begin 5 -job.j2", "write-end 5 -job.j2",
+		"write-begin 7 job.j2", // put again while its removal at 5 is past the checkpoint
+		"effects 5", "checkpoint 5", "effects 7", "checkpoint 7",
+	}
+	if _, bad := flushViolations(removed); len(bad) != 2 || !strings.Contains(bad[0], "job.j1 written past the checkpoint beside a removal") ||
+		!strings.Contains(bad[1], "job.j2 written past the checkpoint beside a removal") {
+		t.Errorf("removals beside writes past the checkpoint: violations %q, want one for job.j1 and one for job.j2", bad)
 	}
 }
 
@@ -460,8 +490,8 @@ func (r *pipelineRun) submit(t *testing.T, seq uint64) {
 
 // TestRecordsAreWrittenWhileTheBatchBeforeSendsItsEffects: while a batch's
 // effects wait for their acknowledgements, the next batch's records are
-// written, except the account's, which the batch in flight also wrote: that
-// one waits for its checkpoint.
+// written, the account's too, though the batch in flight also wrote it (a
+// second version past the checkpoint, which a load can rewind).
 func TestRecordsAreWrittenWhileTheBatchBeforeSendsItsEffects(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -470,7 +500,7 @@ func TestRecordsAreWrittenWhileTheBatchBeforeSendsItsEffects(t *testing.T) {
 		r.submit(t, 2)
 		r.store.gate <- struct{}{} // batch 2's records
 		synctest.Wait()
-		want := []string{"write-begin 1 account.a", "write-end 1 account.a", "write-begin 2 job.j2", "write-end 2 job.j2"}
+		want := []string{"write-begin 1 account.a", "write-end 1 account.a", "write-begin 2 account.a,job.j2", "write-end 2 account.a,job.j2"}
 		if got := r.ops.all(); strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Errorf("while batch 1's effects wait:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 		}
@@ -479,8 +509,8 @@ func TestRecordsAreWrittenWhileTheBatchBeforeSendsItsEffects(t *testing.T) {
 		if cps := checkFlushes(t, got); fmt.Sprint(cps) != "[1 2]" {
 			t.Errorf("checkpoints %v, want [1 2]\n%s", cps, strings.Join(got, "\n"))
 		}
-		if !slices.Contains(got, "write-end 2 account.a") {
-			t.Errorf("batch 2's account record never written:\n%s", strings.Join(got, "\n"))
+		if i, j := slices.Index(got, "write-end 2 account.a,job.j2"), slices.Index(got, "effects 2"); i < 0 || j < i {
+			t.Errorf("batch 2's effects before its records:\n%s", strings.Join(got, "\n"))
 		}
 		cancel()
 		if err := <-r.done; err != nil {
@@ -523,7 +553,7 @@ func TestAFailedBatchStopsTheOneBesideIt(t *testing.T) {
 			r.pub.gate <- struct{}{} // batch 1's effects: then it fails
 			synctest.Wait()
 		},
-		want: []string{"write-begin 1 account.a", "write-end 1 account.a", "write-begin 2 job.j2", "effects 1"},
+		want: []string{"write-begin 1 account.a", "write-end 1 account.a", "write-begin 2 account.a,job.j2", "effects 1"},
 	}, {
 		// Batch 2 is cut in its records, as batch 1's effects are sent.
 		name: "the later fails",
@@ -565,7 +595,7 @@ func TestAFailedBatchStopsTheOneBesideIt(t *testing.T) {
 				}
 				got := r.ops.all()
 				for _, op := range got[len(tc.want):] {
-					if op != "write-end 2 job.j2" && op != "effects 1" {
+					if op != "write-end 2 account.a,job.j2" && op != "effects 1" {
 						t.Errorf("written past the failure: %q (all: %q)", op, got)
 					}
 				}

@@ -15,8 +15,9 @@ import (
 // stages on two goroutines of their own, so that one batch's records are
 // written while the batch before it sends its effects and checkpoints:
 //
-//	stage 1 (persist):  the history of archived jobs, then the records
-//	                    the batch before does not also write
+//	stage 1 (persist):  the history of archived jobs, then the records,
+//	                    but for removals where the batch before also
+//	                    writes the key, or writes a removal there
 //	stage 2 (complete): the records it held back, the effects, the
 //	                    checkpoint
 //
@@ -28,13 +29,29 @@ import (
 //   - a checkpoint is written only once every earlier batch's records and
 //     effects are stored: a batch enters stage 2 only after the one before
 //     it has left it;
-//   - a key has at most one stored version past the checkpoint, so a load
-//     after a crash can always rewind it from the key's history: a record
-//     whose key the batch in stage 2 also writes is held back to stage 2,
-//     after that batch's checkpoint;
+//   - a load after a crash can always rewind a key to its version at the
+//     checkpoint from the key's history: a key holds at most one stored
+//     version past the checkpoint for each batch in flight (two, in a
+//     bucket that keeps at least [MinLedgerHistory] versions), and a
+//     removal is never stored beside another version past the checkpoint
+//     (an archived job's removal marks the end of the history a load walks
+//     back through), so a record of either kind whose key the batch in
+//     stage 2 also writes with a removal is held back to stage 2, after
+//     that batch's checkpoint;
 //   - once a batch fails, in either stage, nothing more is written (see
 //     [leased]): the term ends as a crash there would end it, and the next
 //     term folds again from the checkpoint.
+//
+// A batch's records of a key the batch in stage 2 also puts are written in
+// stage 1 all the same: holding them back put a third round trip (records,
+// effects, checkpoint) into stage 2 for nearly every batch, since the
+// account a job is charged to changes in each.
+
+// MinLedgerHistory is the fewest versions of each record the ledger bucket
+// must keep for a load to rewind every key to the checkpoint after a crash
+// with both of the pipeline's batches written: the version at the
+// checkpoint and one of each batch past it.
+const MinLedgerHistory = maxInFlight + 1
 
 // maxInFlight is how many batches the pipeline holds at once: one in each
 // stage.
@@ -104,7 +121,7 @@ func (s *Service) startFlusher(ctx context.Context) *flusher {
 }
 
 // inStage2 returns prev if it may still be in stage 2, not checkpointed,
-// so that the next batch holds back the records of its keys.
+// so that the next batch holds back the records its removals touch.
 func (f *flusher) inStage2(prev *batch) *batch {
 	if prev == nil || f.checkpointed.Load() >= prev.applied {
 		return nil
@@ -174,8 +191,8 @@ func (f *flusher) stop() {
 }
 
 // persist is b's first stage: the history of its archived jobs, then its
-// records, except those whose keys prev (the batch in stage 2, if any) also
-// writes, which wait for stage 2 (b.later). The final records of archived
+// records, except those where a removal meets a write of prev (the batch in
+// stage 2, if any) at one key, which wait for stage 2 (b.later). The final records of archived
 // jobs reach the history stream before their keys are deleted: however a
 // flush is cut short, no record is only in a deleted key. (Sent again after
 // a cut, a record is the same message, de-duplicated within the window and
@@ -188,10 +205,10 @@ func (s *Service) persist(ctx context.Context, w leased, b *batch, prev *batch) 
 	}
 	b.keys = make(map[string]bool, len(b.recs))
 	for _, r := range b.recs {
-		b.keys[r.Key] = true
+		b.keys[r.Key] = b.keys[r.Key] || r.Delete
 	}
-	// The records this stage writes: those prev does not also write,
-	// and of those only the first n where a test hook cuts the batch.
+	// The records this stage writes: those not held back for prev, and
+	// of those only the first n where a test hook cuts the batch.
 	limit, cut := len(b.recs), false
 	if hook := s.cfg.Hooks.CutPersist; hook != nil {
 		if n := hook(b.applied, len(b.recs)); n < len(b.recs) {
@@ -202,8 +219,9 @@ func (s *Service) persist(ctx context.Context, w leased, b *batch, prev *batch) 
 	if prev != nil {
 		now = make([]Record, 0, limit)
 		for i, r := range b.recs {
+			removal, both := prev.keys[r.Key]
 			switch {
-			case prev.keys[r.Key]:
+			case both && (removal || r.Delete):
 				b.later = append(b.later, r)
 			case i < limit:
 				now = append(now, r)
@@ -228,6 +246,11 @@ func (s *Service) persist(ctx context.Context, w leased, b *batch, prev *batch) 
 // de-duplicate.
 func (s *Service) complete(ctx context.Context, w leased, b *batch) error {
 	hooks := s.cfg.Hooks
+	if err := w.clear(); err != nil {
+		// Halted (or the lease in doubt) before it began: a batch
+		// with nothing held back would otherwise meet the hooks first.
+		return err
+	}
 	if len(b.later) > 0 {
 		if err := w.write(ctx, b.later); err != nil {
 			return fmt.Errorf("persist through %d: %w", b.applied, err)

@@ -764,8 +764,9 @@ type batch struct {
 	// history are the final records of archived jobs, sent before any
 	// record is written; rest the other effects, sent after.
 	history, rest []wire.Message
-	// The flusher's: the keys of recs; those of recs written in stage 2
-	// (see pipeline.go); when stage 1 took the batch.
+	// The flusher's: the keys of recs, each true where one of them is a
+	// removal; those of recs written in stage 2 (see pipeline.go); when
+	// stage 1 took the batch.
 	keys  map[string]bool
 	later []Record
 	began time.Time

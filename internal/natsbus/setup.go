@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gpuq/gpuq/scheduler"
 	"github.com/gpuq/gpuq/subjects"
 	"github.com/gpuq/gpuq/wire"
 )
@@ -63,7 +64,9 @@ type SetupConfig struct {
 	HistoryMaxBytes int64
 	// LedgerHistory is how many versions of each ledger record are kept:
 	// recovery after a crash mid-flush reads the version before the cut.
-	// Defaults to 5.
+	// Defaults to 5; at least [scheduler.MinLedgerHistory], since a
+	// scheduler's flush leaves up to that many less one past its
+	// checkpoint.
 	LedgerHistory uint8
 	// Storage is the storage of every stream and bucket. Its zero value is
 	// jetstream.FileStorage, the default; MemoryStorage loses everything
@@ -96,6 +99,10 @@ func (cfg SetupConfig) withDefaults() (SetupConfig, error) {
 	}
 	if cfg.LedgerHistory == 0 {
 		cfg.LedgerHistory = 5
+	}
+	if cfg.LedgerHistory < scheduler.MinLedgerHistory {
+		return cfg, fmt.Errorf("natsbus: LedgerHistory %d is too short: a scheduler's flush can leave %d versions of a record past its checkpoint, and a load after a crash rewinds to the one before them; keep at least %d",
+			cfg.LedgerHistory, scheduler.MinLedgerHistory-1, scheduler.MinLedgerHistory)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

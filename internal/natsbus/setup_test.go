@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpuq/gpuq/internal/natsbus"
 	"github.com/gpuq/gpuq/internal/natstest"
+	"github.com/gpuq/gpuq/scheduler"
 	"github.com/gpuq/gpuq/subjects"
 )
 
@@ -107,6 +108,38 @@ func TestSetupRefusesImmutableMismatch(t *testing.T) {
 	}
 	if err := natsbus.Setup(ctx, js, n, natsbus.SetupConfig{Replicas: 2}); err == nil || !strings.Contains(err.Error(), "must be 1 or 3") {
 		t.Errorf("Setup with 2 replicas = %v", err)
+	}
+}
+
+// TestSetupRefusesAShortLedgerHistory: a flush can leave two versions of a
+// record past the checkpoint, so a ledger bucket keeping fewer than three
+// could not be rewound after a crash; Setup says so before creating it,
+// and creates one keeping three.
+func TestSetupRefusesAShortLedgerHistory(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Start(t).JetStream(t)
+	ctx := context.Background()
+	n := subjects.Default
+	err := natsbus.Setup(ctx, js, n, natsbus.SetupConfig{LedgerHistory: scheduler.MinLedgerHistory - 1})
+	if err == nil || !strings.Contains(err.Error(), "LedgerHistory 2 is too short") || !strings.Contains(err.Error(), "keep at least 3") {
+		t.Errorf("Setup with a ledger history of 2 = %v, want it refused", err)
+	}
+	if _, err := js.KeyValue(ctx, n.LedgerBucket()); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		t.Errorf("after the refusal, the ledger bucket: %v, want none", err)
+	}
+	if err := natsbus.Setup(ctx, js, n, natsbus.SetupConfig{LedgerHistory: scheduler.MinLedgerHistory}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, n.LedgerBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.History() != scheduler.MinLedgerHistory {
+		t.Errorf("ledger bucket history = %d, want %d", st.History(), scheduler.MinLedgerHistory)
 	}
 }
 

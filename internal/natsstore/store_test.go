@@ -137,12 +137,30 @@ func TestLoadRewindsToCheckpoint(t *testing.T) {
 
 func TestLoadFailsWhenHistoryIsTooShort(t *testing.T) {
 	t.Parallel()
-	js, kv := setup(t, natsbus.SetupConfig{LedgerHistory: 2})
+	js, kv := setup(t, natsbus.SetupConfig{})
+	shortenHistory(t, js, kv, 2)
 	ctx := context.Background()
 	twoVersionsPastCheckpoint(t, js, kv)
 	_, err := natsstore.New(js, kv).Load(ctx)
 	if err == nil || !strings.Contains(err.Error(), "raise the bucket's history") {
 		t.Errorf("Load = %v, want it to say the history is too short", err)
+	}
+}
+
+// shortenHistory keeps only n versions of each key in kv's stream, as in a
+// bucket someone changed by hand after Setup (which keeps at least
+// scheduler.MinLedgerHistory).
+func shortenHistory(t *testing.T, js jetstream.JetStream, kv jetstream.KeyValue, n int64) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := js.Stream(ctx, "KV_"+kv.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.MaxMsgsPerSubject = n
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -182,7 +200,8 @@ func (statusFails) Status(context.Context) (jetstream.KeyValueStatus, error) {
 // rather than leave the record out.
 func TestLoadFailsWhenStatusFails(t *testing.T) {
 	t.Parallel()
-	js, kv := setup(t, natsbus.SetupConfig{LedgerHistory: 2})
+	js, kv := setup(t, natsbus.SetupConfig{})
+	shortenHistory(t, js, kv, 2)
 	ctx := context.Background()
 	twoVersionsPastCheckpoint(t, js, kv)
 	view, err := natsstore.New(js, statusFails{kv}).Load(ctx)
