@@ -66,7 +66,7 @@ func NewScheduler(reg prometheus.Registerer) (*Scheduler, error) {
 		foldTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpuq_scheduler_fold_duration_seconds",
 			Help: "Wall time to fold one command into the ledger.", Buckets: prometheus.ExponentialBuckets(1e-6, 4, 10)}),
 		flushTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpuq_scheduler_flush_duration_seconds",
-			Help:    "Wall time of one flush: write the changed ledger keys, send the effects, move the checkpoint.",
+			Help:    "Wall time of one flush, from the start of its writes to its checkpoint: write the changed ledger keys, send the effects, move the checkpoint. Two flushes overlap, and the time includes any wait for the one before to send its effects.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 		flushes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuq_scheduler_flushes_total",
 			Help: "Flushes, by result (ok or error)."}, []string{"result"}),
