@@ -16,8 +16,8 @@ import (
 // written while the batch before it sends its effects and checkpoints:
 //
 //	stage 1 (persist):  the history of archived jobs, then the records,
-//	                    but for removals where the batch before also
-//	                    writes the key, or writes a removal there
+//	                    but those where a removal meets a write of the
+//	                    batch before at one key
 //	stage 2 (complete): the records it held back, the effects, the
 //	                    checkpoint
 //
@@ -191,10 +191,11 @@ func (f *flusher) stop() {
 }
 
 // persist is b's first stage: the history of its archived jobs, then its
-// records, except those where a removal meets a write of prev (the batch in
-// stage 2, if any) at one key, which wait for stage 2 (b.later). The final records of archived
-// jobs reach the history stream before their keys are deleted: however a
-// flush is cut short, no record is only in a deleted key. (Sent again after
+// records, except those where a removal meets a write of prev (the batch
+// in stage 2, if any) at one key, which wait for stage 2 (b.later). The
+// final records of archived jobs reach the history stream before their
+// keys are deleted: however a flush is cut short, no record is only in a
+// deleted key. (Sent again after
 // a cut, a record is the same message, de-duplicated within the window and
 // identical after it.)
 func (s *Service) persist(ctx context.Context, w leased, b *batch, prev *batch) error {

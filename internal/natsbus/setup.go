@@ -64,9 +64,9 @@ type SetupConfig struct {
 	HistoryMaxBytes int64
 	// LedgerHistory is how many versions of each ledger record are kept:
 	// recovery after a crash mid-flush reads the version before the cut.
-	// Defaults to 5; at least [scheduler.MinLedgerHistory], since a
-	// scheduler's flush leaves up to that many less one past its
-	// checkpoint.
+	// Defaults to 5; at least [scheduler.MinLedgerHistory]: a
+	// scheduler's flush can leave one version fewer than that past its
+	// checkpoint, and a load rewinds to the one before them.
 	LedgerHistory uint8
 	// Storage is the storage of every stream and bucket. Its zero value is
 	// jetstream.FileStorage, the default; MemoryStorage loses everything

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -51,14 +52,7 @@ func TestSetupIsIdempotent(t *testing.T) {
 	if s.CachedInfo().Config.Retention != jetstream.WorkQueuePolicy {
 		t.Error("dispatch stream is not a work queue")
 	}
-	kv, err := js.KeyValue(ctx, n.LedgerBucket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := kv.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := ledgerStatus(t, js, n)
 	if st.History() != 5 || st.LimitMarkerTTL() != natsbus.LeaseMarkerTTL {
 		t.Errorf("ledger bucket: history %d, marker ttl %v", st.History(), st.LimitMarkerTTL())
 	}
@@ -111,18 +105,20 @@ func TestSetupRefusesImmutableMismatch(t *testing.T) {
 	}
 }
 
-// TestSetupRefusesAShortLedgerHistory: a flush can leave two versions of a
-// record past the checkpoint, so a ledger bucket keeping fewer than three
-// could not be rewound after a crash; Setup says so before creating it,
-// and creates one keeping three.
+// TestSetupRefusesAShortLedgerHistory: a flush can leave a version of a
+// record past the checkpoint for each batch in flight, so a ledger bucket
+// keeping fewer than scheduler.MinLedgerHistory could not be rewound after
+// a crash; Setup says so before creating it, and creates one keeping that
+// many.
 func TestSetupRefusesAShortLedgerHistory(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.Start(t).JetStream(t)
 	ctx := context.Background()
 	n := subjects.Default
 	err := natsbus.Setup(ctx, js, n, natsbus.SetupConfig{LedgerHistory: scheduler.MinLedgerHistory - 1})
-	if err == nil || !strings.Contains(err.Error(), "LedgerHistory 2 is too short") || !strings.Contains(err.Error(), "keep at least 3") {
-		t.Errorf("Setup with a ledger history of 2 = %v, want it refused", err)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("LedgerHistory %d is too short", scheduler.MinLedgerHistory-1)) ||
+		!strings.Contains(err.Error(), fmt.Sprintf("keep at least %d", scheduler.MinLedgerHistory)) {
+		t.Errorf("Setup with a ledger history of %d = %v, want it refused", scheduler.MinLedgerHistory-1, err)
 	}
 	if _, err := js.KeyValue(ctx, n.LedgerBucket()); !errors.Is(err, jetstream.ErrBucketNotFound) {
 		t.Errorf("after the refusal, the ledger bucket: %v, want none", err)
@@ -130,6 +126,15 @@ func TestSetupRefusesAShortLedgerHistory(t *testing.T) {
 	if err := natsbus.Setup(ctx, js, n, natsbus.SetupConfig{LedgerHistory: scheduler.MinLedgerHistory}); err != nil {
 		t.Fatal(err)
 	}
+	if st := ledgerStatus(t, js, n); st.History() != scheduler.MinLedgerHistory {
+		t.Errorf("ledger bucket history = %d, want %d", st.History(), scheduler.MinLedgerHistory)
+	}
+}
+
+// ledgerStatus returns the status of n's ledger bucket.
+func ledgerStatus(t *testing.T, js jetstream.JetStream, n subjects.Names) jetstream.KeyValueStatus {
+	t.Helper()
+	ctx := context.Background()
 	kv, err := js.KeyValue(ctx, n.LedgerBucket())
 	if err != nil {
 		t.Fatal(err)
@@ -138,9 +143,7 @@ func TestSetupRefusesAShortLedgerHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.History() != scheduler.MinLedgerHistory {
-		t.Errorf("ledger bucket history = %d, want %d", st.History(), scheduler.MinLedgerHistory)
-	}
+	return st
 }
 
 // replication returns the replicas of every stream and bucket, by name.
