@@ -6,9 +6,12 @@ package jslimit_test
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gpuq/gpuq/internal/jslimit"
@@ -38,6 +41,48 @@ func TestMeasureStoresAndCleansUp(t *testing.T) {
 	}
 	if err := names.Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMeasureHoldsBothScratchStreams: Measure creates its stream and its
+// bucket before it deletes either, so the account never runs out of streams
+// between two creates (see Measure for the server's race that follows
+// deleting an account's last stream). It watches the JetStream API requests
+// of the account it measures.
+func TestMeasureHoldsBothScratchStreams(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	_, js := srv.JetStream(t)
+	watch := srv.Connect(t)
+	api := make(chan *nats.Msg, 16)
+	sub, err := watch.ChanSubscribe("$JS.API.STREAM.*.*", api)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := (jslimit.Config{Messages: 100, Writes: 100, Keys: 10, Name: "jsl_order"}).Measure(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	var ops []string
+	for len(api) > 0 {
+		m := <-api
+		if op := strings.TrimPrefix(m.Subject, "$JS.API.STREAM."); strings.HasPrefix(op, "CREATE.") || strings.HasPrefix(op, "DELETE.") {
+			ops = append(ops, op)
+		}
+	}
+	want := []string{"CREATE.JSL_ORDER", "CREATE.KV_jsl_order", "DELETE.KV_jsl_order", "DELETE.JSL_ORDER"}
+	if !slices.Equal(ops, want) {
+		t.Errorf("stream requests %q, want %q", ops, want)
 	}
 }
 
