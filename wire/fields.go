@@ -19,8 +19,16 @@ import (
 // error can say everything that is wrong with a message. Unknown fields are
 // ignored; a field set to null counts as missing.
 type fields struct {
-	m    map[string]json.RawMessage
-	errs []error
+	members []member // the object's, each key once (strict refuses a repeat)
+	errs    []error
+	buf     [16]member // members' first backing array, allocated with fields
+}
+
+// member is one member of an object: its key, decoded, and its value as
+// written.
+type member struct {
+	key []byte
+	raw json.RawMessage
 }
 
 // object parses data as a v1 JSON object. It is strict where
@@ -39,14 +47,18 @@ func object(data []byte) (*fields, error) {
 	if trimmed[0] != '{' {
 		return nil, fmt.Errorf("message is not a JSON object (it starts with %q)", preview(trimmed))
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(trimmed, &m); err != nil {
+	if !json.Valid(trimmed) {
+		// encoding/json's words for what is wrong: decoding stops where
+		// the validity check did.
+		var m map[string]json.RawMessage
+		err := json.Unmarshal(trimmed, &m)
 		return nil, fmt.Errorf("message is not valid JSON: %v", err)
 	}
 	if err := strict(trimmed); err != nil {
 		return nil, err
 	}
-	f := &fields{m: m}
+	f := &fields{}
+	f.members = members(f.buf[:0], trimmed)
 	raw, ok := f.raw("v")
 	if !ok {
 		return nil, fmt.Errorf(`missing required field "v", the message version; this scheduler speaks v%d`, Version)
@@ -55,6 +67,128 @@ func object(data []byte) (*fields, error) {
 		return nil, fmt.Errorf("unsupported version %s; this scheduler speaks v%d", preview(raw), Version)
 	}
 	return f, nil
+}
+
+// members appends to out the members of data, a valid JSON object, with
+// their keys decoded and their values as written (what decoding the object
+// into a map of json.RawMessage gives, one pass over the bytes and no map).
+func members(out []member, data []byte) []member {
+	i := skipSpace(data, 1) // past '{'
+	for i < len(data) && data[i] == '"' {
+		end := stringEnd(data, i)
+		key := data[i+1 : end-1]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			var s string
+			_ = json.Unmarshal(data[i:end], &s) // valid JSON: a valid string
+			key = []byte(s)
+		}
+		i = skipSpace(data, end)
+		i = skipSpace(data, i+1) // past ':'
+		vend := valueEnd(data, i)
+		out = append(out, member{key: key, raw: data[i:vend]})
+		i = skipSpace(data, vend)
+		if i < len(data) && data[i] == ',' {
+			i = skipSpace(data, i+1)
+		}
+	}
+	return out
+}
+
+// skipSpace is the index of the first byte of data at or after i that is
+// not JSON white space.
+func skipSpace(data []byte, i int) int {
+	for i < len(data) {
+		switch data[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// stringEnd is the index just past the JSON string that starts at i.
+func stringEnd(data []byte, i int) int {
+	for j := i + 1; j < len(data); j++ {
+		switch data[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return len(data)
+}
+
+// valueEnd is the index just past the JSON value that starts at i, in
+// valid JSON.
+func valueEnd(data []byte, i int) int {
+	switch data[i] {
+	case '"':
+		return stringEnd(data, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(data); j++ {
+			switch data[j] {
+			case '"':
+				j = stringEnd(data, j) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return len(data)
+	}
+	j := i
+	for j < len(data) {
+		switch data[j] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return j
+		}
+		j++
+	}
+	return j
+}
+
+// plainString is the string r, a valid JSON value, spells when it is a
+// string without escapes: then its bytes are its text (strict has refused
+// bytes that are not UTF-8, and valid JSON has no control characters in a
+// string), as encoding/json would decode it.
+func plainString(r json.RawMessage) (string, bool) {
+	if len(r) < 2 || r[0] != '"' || bytes.IndexByte(r[1:len(r)-1], '\\') >= 0 {
+		return "", false
+	}
+	return string(r[1 : len(r)-1]), true
+}
+
+// plainStrings is the array of strings r, a valid JSON value, spells when
+// every element is a string without escapes, as encoding/json would decode
+// it into a nil []string (an empty array gives an empty slice, not nil).
+func plainStrings(r json.RawMessage) ([]string, bool) {
+	if len(r) < 2 || r[0] != '[' {
+		return nil, false
+	}
+	out := []string{}
+	i := skipSpace(r, 1)
+	for i < len(r) && r[i] != ']' {
+		if r[i] != '"' {
+			return nil, false // another kind of element: encoding/json says what
+		}
+		end := stringEnd(r, i)
+		s, ok := plainString(r[i:end])
+		if !ok {
+			return nil, false
+		}
+		out = append(out, s)
+		if i = skipSpace(r, end); i < len(r) && r[i] == ',' {
+			i = skipSpace(r, i+1)
+		}
+	}
+	return out, true
 }
 
 // strict reports the first way data, valid JSON, is one encoding/json would
@@ -131,44 +265,53 @@ func uniqueKeysDecoded(data []byte) error {
 // reads as its bytes: the same answer as uniqueKeysDecoded, scanning the
 // bytes once without a token per value.
 func uniqueKeys(data []byte) error {
-	type object struct {
-		keys [][]byte
-		set  map[string]struct{} // past maxListedKeys keys
+	// The keys of every open object, innermost last, in one slice: an
+	// object's begin at its start, and go when it closes. An object past
+	// maxListedKeys keys gets a set. Small bodies stay on the stack.
+	type open struct {
+		object bool
+		start  int
+		set    map[string]struct{}
 	}
 	const maxListedKeys = 16
-	var stack []*object // nil for an array
+	var stackBuf [8]open
+	var keysBuf [32][]byte
+	stack, keys := stackBuf[:0], keysBuf[:0]
 	expectKey := false
 	for i := 0; i < len(data); i++ {
 		switch data[i] {
 		case '{':
-			stack = append(stack, &object{})
+			stack = append(stack, open{object: true, start: len(keys)})
 			expectKey = true
 		case '[':
-			stack = append(stack, nil)
+			stack = append(stack, open{})
 			expectKey = false
 		case '}', ']':
+			if o := stack[len(stack)-1]; o.object {
+				keys = keys[:o.start]
+			}
 			stack = stack[:len(stack)-1]
 			expectKey = false
 		case ',':
-			expectKey = len(stack) > 0 && stack[len(stack)-1] != nil
+			expectKey = len(stack) > 0 && stack[len(stack)-1].object
 		case '"':
 			end := i + 1 + bytes.IndexByte(data[i+1:], '"')
 			if expectKey {
-				o, key := stack[len(stack)-1], data[i+1:end]
+				o, key := &stack[len(stack)-1], data[i+1:end]
 				dup := false
 				if o.set != nil {
 					_, dup = o.set[string(key)]
 					o.set[string(key)] = struct{}{}
 				} else {
-					for _, k := range o.keys {
+					for _, k := range keys[o.start:] {
 						if bytes.Equal(k, key) {
 							dup = true
 							break
 						}
 					}
-					if o.keys = append(o.keys, key); len(o.keys) > maxListedKeys {
-						o.set = make(map[string]struct{}, 2*len(o.keys))
-						for _, k := range o.keys {
+					if keys = append(keys, key); len(keys)-o.start > maxListedKeys {
+						o.set = make(map[string]struct{}, 2*(len(keys)-o.start))
+						for _, k := range keys[o.start:] {
 							o.set[string(k)] = struct{}{}
 						}
 					}
@@ -261,11 +404,15 @@ func preview(b []byte) string {
 }
 
 func (f *fields) raw(name string) (json.RawMessage, bool) {
-	r, ok := f.m[name]
-	if !ok || string(r) == "null" {
-		return nil, false
+	for _, m := range f.members {
+		if string(m.key) == name {
+			if string(m.raw) == "null" {
+				return nil, false
+			}
+			return m.raw, true
+		}
 	}
-	return r, true
+	return nil, false
 }
 
 func (f *fields) bad(format string, args ...any) {
@@ -308,6 +455,9 @@ func (f *fields) str(name string, required bool) string {
 	if !ok {
 		f.missing(name, required)
 		return ""
+	}
+	if s, ok := plainString(r); ok {
+		return s
 	}
 	var s string
 	if err := json.Unmarshal(r, &s); err != nil {
@@ -383,6 +533,12 @@ func (f *fields) bool(name string) bool {
 	if !ok {
 		return false
 	}
+	switch string(r) {
+	case "true":
+		return true
+	case "false":
+		return false
+	}
 	var b bool
 	if err := json.Unmarshal(r, &b); err != nil {
 		f.bad("%s: want true or false, got %s", name, preview(r))
@@ -395,6 +551,9 @@ func (f *fields) strs(name string, required bool) []string {
 	if !ok {
 		f.missing(name, required)
 		return nil
+	}
+	if s, ok := plainStrings(r); ok {
+		return s
 	}
 	var s []string
 	if err := json.Unmarshal(r, &s); err != nil {
