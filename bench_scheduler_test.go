@@ -4,8 +4,8 @@ package gpuq_test
 // same server, measured in the same run: one embedded server on file
 // storage, one scheduler with production timings, and workers that cost
 // nothing (jslimit.Worker: orders through the real worker bus, started and
-// done reports over the wire, nothing run). What is left is the scheduler
-// and the server under it. Every stored message is counted, per stream, so
+// done reports over the wire, nothing run), and no reader of the events
+// besides. What is left is the scheduler and the server under it. Every stored message is counted, per stream, so
 // the writes per lifecycle are a figure of each run.
 //
 //	go test -run '^$' -bench 'Lifecycles|DispatchLatency' -benchtime 20000x .
@@ -61,7 +61,7 @@ func newLifecycleRig(b *testing.B, track bool) *lifecycleRig {
 		// Production timings: the harness's are shortened for tests.
 		cfg.DecideInterval, cfg.FactInterval = 0, 0
 	}})
-	c.createAccount("a", ledger.MaxCredits)
+	c.createAccountAlone("a", ledger.MaxCredits)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	b.Cleanup(func() { cancel(); wg.Wait() })

@@ -28,7 +28,7 @@ func BenchmarkSubmitAccepted(b *testing.B) {
 	c := newCluster(b)
 	hook, wait := waitCheckpoint()
 	c.startScheduler("bench", schedOpts{hooks: scheduler.Hooks{Checkpointed: hook}})
-	c.createAccount("a", ledger.MaxCredits)
+	c.createAccountAlone("a", ledger.MaxCredits)
 	msgs := make([]*nats.Msg, b.N)
 	for i := range msgs {
 		m, err := wire.EncodeSubmit(c.n, ledger.Submit{Account: "a", ID: fmt.Sprintf("job-%d", i), GPUs: 1, Cost: 1,

@@ -264,6 +264,25 @@ func (c *cluster) createAccount(id string, balance ledger.Credits) {
 	}
 }
 
+// createAccountAlone creates account id as createAccount does, through a
+// client on a connection of its own that it closes after: the client keeps
+// a follower of the account's events for a while after a call (so that the
+// next call reuses it), and a benchmark measures the scheduler and its
+// server, not a reader of every event of the account.
+func (c *cluster) createAccountAlone(id string, balance ledger.Credits) {
+	c.t.Helper()
+	nc := c.srv.Connect(c.t)
+	defer nc.Close()
+	cl, err := client.New(nc, client.WithTimeout(20*time.Second))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ev, err := cl.Admin(c.ctx(), ledger.Admin{Account: id, ID: "create-" + id, Op: ledger.OpCreate, Balance: balance})
+	if err != nil || ev.Type != ledger.EventCreated {
+		c.t.Fatalf("create account %s: %+v, %v", id, ev, err)
+	}
+}
+
 // registerHost writes a heartbeat for host with gpus healthy simulated GPUs,
 // as a worker does.
 func (c *cluster) registerHost(host string, gpus int) {
