@@ -9,9 +9,15 @@ package gpuq_test
 // the writes per lifecycle are a figure of each run.
 //
 //	go test -run '^$' -bench 'Lifecycles|DispatchLatency' -benchtime 20000x .
+//
+// -bench.child runs the server in a child process instead (these and
+// BenchmarkSubmitAccepted), as a deployment's runs: then its collections
+// and its threads are its own, and every hop between it and the scheduler
+// crosses processes.
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"maps"
 	"slices"
@@ -27,6 +33,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gpuq/gpuq/internal/jslimit"
+	"github.com/gpuq/gpuq/internal/natsbus"
+	"github.com/gpuq/gpuq/internal/natstest"
 	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/scheduler"
 	"github.com/gpuq/gpuq/subjects"
@@ -38,6 +46,18 @@ const (
 	rigHosts = 8
 	rigGPUs  = 64
 )
+
+var benchChild = flag.Bool("bench.child", false,
+	"run the benchmarks' nats-server in a child process, as a deployment's runs beside the scheduler (default: in the benchmark's process)")
+
+// benchServer is the server a benchmark's cluster runs on: embedded, or in
+// a child process with -bench.child.
+func benchServer(b *testing.B) *natstest.Server {
+	if *benchChild {
+		return natstest.StartChild(b)
+	}
+	return natstest.Start(b)
+}
 
 // lifecycleRig is a scheduler with free workers on one embedded server.
 type lifecycleRig struct {
@@ -53,7 +73,7 @@ type lifecycleRig struct {
 
 func newLifecycleRig(b *testing.B, track bool) *lifecycleRig {
 	b.Helper()
-	c := newCluster(b)
+	c := newClusterOn(b, benchServer(b), natsbus.SetupConfig{})
 	hook, wait := waitCheckpoint()
 	r := &lifecycleRig{c: c, wait: wait}
 	counted := func(seq uint64) { r.checkpoints.Add(1); hook(seq) }

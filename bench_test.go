@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/gpuq/gpuq/internal/jslimit"
+	"github.com/gpuq/gpuq/internal/natsbus"
 	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/scheduler"
 	"github.com/gpuq/gpuq/subjects"
@@ -25,7 +26,7 @@ import (
 // the same server measured just before (jslimit.Measure), and the stored
 // writes per second as a share of it (%limit-pub).
 func BenchmarkSubmitAccepted(b *testing.B) {
-	c := newCluster(b)
+	c := newClusterOn(b, benchServer(b), natsbus.SetupConfig{})
 	hook, wait := waitCheckpoint()
 	c.startScheduler("bench", schedOpts{hooks: scheduler.Hooks{Checkpointed: hook}})
 	c.createAccountAlone("a", ledger.MaxCredits)

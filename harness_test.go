@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,15 @@ import (
 	"github.com/gpuq/gpuq/subjects"
 	"github.com/gpuq/gpuq/wire"
 )
+
+// TestMain serves the nats-server of a child process when this binary is
+// one (natstest.StartChild, -bench.child), and runs the tests otherwise.
+func TestMain(m *testing.M) {
+	if natstest.ServeChild() {
+		return
+	}
+	os.Exit(m.Run())
+}
 
 // cluster is one embedded nats-server with gpuq's streams and buckets, and
 // the helpers a test needs to play pipeline, admin and worker against the

@@ -5,8 +5,8 @@ package natsstore_test
 // dispatch, and the heap the leader then holds per pending job (the store's
 // revisions, the state, the core's indexes) beyond the job's command.
 // -bench.pending sets the jobs (default 20,000). The nats-server runs in a
-// child process (this test binary again, with the options of
-// natstest.Start), as a deployment's runs beside the scheduler, so that
+// child process (natstest.StartChild), as a deployment's runs beside the
+// scheduler, so that
 // neither its heap nor its CPU counts as the leader's. cpu-ns/job is the
 // leader's CPU time per job, steadier than the wall time on a shared
 // machine; server-cpu-ns/job is the child nats-server's (in 10ms ticks).
@@ -17,14 +17,11 @@ package natsstore_test
 //	go test ./internal/natsstore -run XXX -bench TakeoverPending -benchtime 2x -bench.pending=100000
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
@@ -33,89 +30,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/gpuq/gpuq/internal/natsbus"
 	"github.com/gpuq/gpuq/internal/natsstore"
+	"github.com/gpuq/gpuq/internal/natstest"
 	"github.com/gpuq/gpuq/ledger"
 	"github.com/gpuq/gpuq/scheduler"
 	"github.com/gpuq/gpuq/subjects"
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
-// childServerEnv names, in a child process of this test binary, the store
-// directory of the nats-server it is to run instead of the tests.
-const childServerEnv = "GPUQ_TEST_CHILD_NATS_SERVER"
-
 func TestMain(m *testing.M) {
-	if dir := os.Getenv(childServerEnv); dir != "" {
-		if err := serveChild(dir); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
+	if natstest.ServeChild() {
 		return
 	}
 	os.Exit(m.Run())
 }
 
-// serveChild runs a nats-server with JetStream on file storage in dir,
-// prints its client URL, and shuts it down when its standard input closes.
-func serveChild(dir string) error {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
-		StoreDir: dir, NoLog: true, NoSigs: true})
-	if err != nil {
-		return err
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(20 * time.Second) {
-		return fmt.Errorf("nats-server in %s: not ready after 20s", dir)
-	}
-	fmt.Println(ns.ClientURL())
-	_, err = io.Copy(io.Discard, os.Stdin)
-	ns.Shutdown()
-	ns.WaitForShutdown()
-	return err
-}
-
-// setupChild is setup with the server in a child process, stopped when the
-// benchmark ends.
+// setupChild is setup with the server in a child process
+// (natstest.StartChild), stopped when the benchmark ends.
 func setupChild(b *testing.B, cfg natsbus.SetupConfig) (jetstream.JetStream, jetstream.KeyValue, *os.Process) {
 	b.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childServerEnv+"="+b.TempDir())
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		if err := stdin.Close(); err != nil {
-			b.Error(err)
-		}
-		if err := cmd.Wait(); err != nil {
-			b.Errorf("the child nats-server: %v", err)
-		}
-	})
-	url, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		b.Fatalf("the child nats-server's URL: %v", err)
-	}
-	nc, err := nats.Connect(strings.TrimSpace(url))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
+	srv := natstest.StartChild(b)
+	_, js := srv.JetStream(b)
 	ctx := context.Background()
 	if err := natsbus.Setup(ctx, js, subjects.Default, cfg); err != nil {
 		b.Fatal(err)
@@ -124,7 +61,7 @@ func setupChild(b *testing.B, cfg natsbus.SetupConfig) (jetstream.JetStream, jet
 	if err != nil {
 		b.Fatal(err)
 	}
-	return js, kv, cmd.Process
+	return js, kv, srv.Process()
 }
 
 var benchPending = flag.Int("bench.pending", 20000, "pending jobs in the scale benchmarks")

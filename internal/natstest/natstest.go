@@ -30,6 +30,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,6 +61,11 @@ type Server struct {
 	// and cluster the cluster; both nil for a single server.
 	route   *routeProxy
 	cluster *Cluster
+	// child and childIn are the process a server of [StartChild] runs in
+	// and its standard input; nil for a server in this process.
+	child    *exec.Cmd
+	childIn  io.WriteCloser
+	childErr error // how the child ended, once stopped
 }
 
 // Start runs a server with JetStream on file storage under a new temporary
@@ -123,6 +129,10 @@ func (s *Server) Stop() {
 	if !s.up {
 		return
 	}
+	if s.child != nil {
+		_ = s.stopChild() // kept: the test's cleanup reports how the child ended
+		return
+	}
 	s.Shutdown()
 	s.WaitForShutdown()
 	s.up = false
@@ -142,6 +152,9 @@ func (s *Server) Stop() {
 // may still be catching up (see [Cluster.WaitCurrent]).
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
+	if s.child != nil {
+		t.Fatal("natstest: a child server cannot be restarted")
+	}
 	s.Stop()
 	s.start(t)
 	if s.cluster != nil {
