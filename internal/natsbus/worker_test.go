@@ -6,6 +6,7 @@ package natsbus_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
@@ -371,5 +372,53 @@ func TestBeatGivesUpWithinItsTTL(t *testing.T) {
 	defer cancel()
 	if err := wb.Beat(far, wire.Heartbeat{Host: "h1"}, time.Second); err == nil || far.Err() != nil {
 		t.Errorf("beat with the server away = %v, caller's context %v; want an error of its own while the caller's deadline is still far", err, far.Err())
+	}
+}
+
+// TestOrdersPullsAreHeartbeatedEverySecond: the bus's pull requests ask
+// the server for a heartbeat every second, so that a pull the server no
+// longer holds is noticed within two (the client's default, half the 10s
+// expiry, left a host's orders waiting 10s), and keep the 10s expiry.
+func TestOrdersPullsAreHeartbeatedEverySecond(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	_, js := srv.JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n := subjects.Default
+	if err := natsbus.Setup(ctx, js, n, natsbus.SetupConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	wb, err := natsbus.NewWorkerBus(js, n, "h1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch := srv.Connect(t)
+	pulls, err := watch.SubscribeSync("$JS.API.CONSUMER.MSG.NEXT." + n.DispatchStream() + "." + natsbus.ConsumerName("h1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	octx, ocancel := context.WithCancel(ctx)
+	defer ocancel()
+	orders := wb.Orders(octx, func(error) {})
+	m, err := pulls.NextMsg(20 * time.Second)
+	if err != nil {
+		t.Fatalf("no pull request: %v", err)
+	}
+	var req struct {
+		Expires   time.Duration `json:"expires"`
+		Heartbeat time.Duration `json:"idle_heartbeat"`
+	}
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		t.Fatalf("pull request %s: %v", m.Data, err)
+	}
+	if req.Heartbeat != time.Second || req.Expires != 10*time.Second {
+		t.Errorf("pull request %s: heartbeat %v, expiry %v; want 1s and 10s", m.Data, req.Heartbeat, req.Expires)
+	}
+	ocancel()
+	for range orders {
 	}
 }
