@@ -5,8 +5,9 @@ package gpuq_test
 // storage, one scheduler with production timings, and workers that cost
 // nothing (jslimit.Worker: orders through the real worker bus, started and
 // done reports over the wire, nothing run), and no reader of the events
-// besides. What is left is the scheduler and the server under it. Every stored message is counted, per stream, so
-// the writes per lifecycle are a figure of each run.
+// besides. What is left is the scheduler and the server under it. Every
+// stored message is counted, per stream, so the writes per lifecycle are a
+// figure of each run.
 //
 //	go test -run '^$' -bench 'Lifecycles|DispatchLatency' -benchtime 20000x .
 //

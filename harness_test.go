@@ -268,7 +268,13 @@ func (c *cluster) ctx() context.Context {
 // createAccount creates an account through an admin command.
 func (c *cluster) createAccount(id string, balance ledger.Credits) {
 	c.t.Helper()
-	ev, err := c.c.Admin(c.ctx(), ledger.Admin{Account: id, ID: "create-" + id, Op: ledger.OpCreate, Balance: balance})
+	c.createAccountWith(c.c, id, balance)
+}
+
+// createAccountWith creates account id with balance through cl.
+func (c *cluster) createAccountWith(cl *client.Client, id string, balance ledger.Credits) {
+	c.t.Helper()
+	ev, err := cl.Admin(c.ctx(), ledger.Admin{Account: id, ID: "create-" + id, Op: ledger.OpCreate, Balance: balance})
 	if err != nil || ev.Type != ledger.EventCreated {
 		c.t.Fatalf("create account %s: %+v, %v", id, ev, err)
 	}
@@ -287,10 +293,7 @@ func (c *cluster) createAccountAlone(id string, balance ledger.Credits) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	ev, err := cl.Admin(c.ctx(), ledger.Admin{Account: id, ID: "create-" + id, Op: ledger.OpCreate, Balance: balance})
-	if err != nil || ev.Type != ledger.EventCreated {
-		c.t.Fatalf("create account %s: %+v, %v", id, ev, err)
-	}
+	c.createAccountWith(cl, id, balance)
 }
 
 // registerHost writes a heartbeat for host with gpus healthy simulated GPUs,

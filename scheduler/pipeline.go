@@ -195,9 +195,8 @@ func (f *flusher) stop() {
 // in stage 2, if any) at one key, which wait for stage 2 (b.later). The
 // final records of archived jobs reach the history stream before their
 // keys are deleted: however a flush is cut short, no record is only in a
-// deleted key. (Sent again after
-// a cut, a record is the same message, de-duplicated within the window and
-// identical after it.)
+// deleted key. (Sent again after a cut, a record is the same message,
+// de-duplicated within the window and identical after it.)
 func (s *Service) persist(ctx context.Context, w leased, b *batch, prev *batch) error {
 	if len(b.history) > 0 {
 		if _, err := w.publish(ctx, b.history); err != nil {

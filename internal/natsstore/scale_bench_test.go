@@ -6,10 +6,10 @@ package natsstore_test
 // revisions, the state, the core's indexes) beyond the job's command.
 // -bench.pending sets the jobs (default 20,000). The nats-server runs in a
 // child process (natstest.StartChild), as a deployment's runs beside the
-// scheduler, so that
-// neither its heap nor its CPU counts as the leader's. cpu-ns/job is the
-// leader's CPU time per job, steadier than the wall time on a shared
-// machine; server-cpu-ns/job is the child nats-server's (in 10ms ticks).
+// scheduler, so that neither its heap nor its CPU counts as the leader's.
+// cpu-ns/job is the leader's CPU time per job, steadier than the wall time
+// on a shared machine; server-cpu-ns/job is the child nats-server's (in
+// 10ms ticks).
 // GPUQ_HEAP_PROFILE=file writes a heap profile while the leader's view is
 // held, for what the bytes are; GPUQ_LOAD_CPU_PROFILE=file a CPU profile of
 // the load alone.
