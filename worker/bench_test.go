@@ -48,10 +48,22 @@ import (
 // record of 50,000 attempts started before (in the form older workers
 // wrote, which every version reads), as a worker has after days of short
 // jobs; "jobroot-shm" puts the attempts' directories on tmpfs (/dev/shm),
-// which shows what making and removing them on the disk costs.
+// which shows what making and removing them on the disk costs; "cgroup"
+// runs each attempt in a cgroup of its own (Config.Cgroup), which the
+// sweep at its end reads in place of /proc, where this process may make
+// cgroups (root, or a delegated cgroup).
 func BenchmarkWorkerPerJob(b *testing.B) {
-	b.Run("fresh", func(b *testing.B) { benchWorker(b, 0, "") })
-	b.Run("started-50k", func(b *testing.B) { benchWorker(b, 50_000, "") })
+	b.Run("fresh", func(b *testing.B) { benchWorker(b, 0, "", "") })
+	b.Run("started-50k", func(b *testing.B) { benchWorker(b, 50_000, "", "") })
+	b.Run("cgroup", func(b *testing.B) {
+		base := worker.CgroupTestBase()
+		if base == "" {
+			b.Skip("this process cannot make cgroups")
+		}
+		dir := filepath.Join(base, fmt.Sprintf("gpuq-bench-%d", os.Getpid()))
+		defer func() { _ = syscall.Rmdir(dir) }() // the worker removed its cgroups below it
+		benchWorker(b, 0, "", dir)
+	})
 	b.Run("jobroot-shm", func(b *testing.B) {
 		if fi, err := os.Stat("/dev/shm"); err != nil || !fi.IsDir() {
 			b.Skip("no /dev/shm")
@@ -61,13 +73,14 @@ func BenchmarkWorkerPerJob(b *testing.B) {
 			b.Skip(err)
 		}
 		defer func() { _ = os.RemoveAll(dir) }() // the benchmark is over
-		benchWorker(b, 0, filepath.Join(dir, "jobs"))
+		benchWorker(b, 0, filepath.Join(dir, "jobs"), "")
 	})
 }
 
 // benchWorker runs the benchmark with a record of started attempts
-// before it, and the job root in jobRoot ("" for the default).
-func benchWorker(b *testing.B, started int, jobRoot string) {
+// before it, the job root in jobRoot ("" for the default), and the
+// attempts' cgroups below cgroup ("" for none).
+func benchWorker(b *testing.B, started int, jobRoot, cgroup string) {
 	gpu, err := nvmlgpu.Simulate("bench-h1", "dgxh100", 8)
 	if err != nil {
 		b.Skipf("no mock GPUs: %v", err) // a build without cgo
@@ -91,7 +104,7 @@ func benchWorker(b *testing.B, started int, jobRoot string) {
 	if started > 0 {
 		seedStarted(b, bus, state, started)
 	}
-	w, err := worker.New(worker.Config{Host: "h1", GPU: gpu, Bus: bus, StateDir: state, JobRoot: jobRoot,
+	w, err := worker.New(worker.Config{Host: "h1", GPU: gpu, Bus: bus, StateDir: state, JobRoot: jobRoot, Cgroup: cgroup,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)

@@ -155,6 +155,9 @@ type sandbox struct {
 	uids IDRange // zero: jobs run as the worker's user
 	keep bool    // KeepAttemptDirs
 	self int     // the worker's effective uid
+	// cg holds the attempts' cgroups with Config.Cgroup; nil without,
+	// and then the sweep finds an attempt's processes through /proc.
+	cg *cgroupTree
 
 	mu   sync.Mutex
 	free []uint32            // pool ids not in use, least recently used first
@@ -194,7 +197,8 @@ const maxSpare = 64
 type jail struct {
 	dir    string
 	pooled bool
-	uid    uint32 // with pooled: the attempt's uid and gid
+	uid    uint32  // with pooled: the attempt's uid and gid
+	cg     *cgroup // with Config.Cgroup: the attempt's own, its processes' only place
 }
 
 // processes ever registered with a pool in this process, so two workers
@@ -257,6 +261,13 @@ func newSandbox(cfg *Config) (*sandbox, error) {
 			return nil, fmt.Errorf("worker: job root %s cannot be reached by the jobs' users: %w; choose a job root under a directory every user may search", s.root, err)
 		}
 	}
+	if cfg.Cgroup != "" {
+		cg, err := openCgroups(cfg.Cgroup)
+		if err != nil {
+			return nil, err
+		}
+		s.cg = cg
+	}
 	return s, nil
 }
 
@@ -290,6 +301,10 @@ func (s *sandbox) unregister() {
 
 // describe says, for the log at start, what a job can and cannot reach.
 func (s *sandbox) describe(log *slog.Logger) {
+	if s.cg != nil {
+		log.Info("each attempt runs in a cgroup of its own, which every process it starts is born in; the sweep at its end kills them all",
+			slog.String("cgroup", s.cg.root))
+	}
 	switch {
 	case s.pooled():
 		log.Info("each attempt runs as its own user and group from the pool, in its own directory",
@@ -299,10 +314,13 @@ func (s *sandbox) describe(log *slog.Logger) {
 			"and state, signal it and every other job, and leave processes the worker cannot find; set a job uid pool (--job-uids)",
 			slog.String("job_root", s.root))
 	default:
+		escape := "a process that leaves the job's process group, session and tree and clears its environment"
+		if s.cg != nil {
+			escape = "a process that moves itself to another cgroup"
+		}
 		log.Warn("jobs run as the worker's own user: a job can read whatever this user can (a credentials file included), "+
-			"signal the worker and other jobs, and a process that leaves the job's process group, session and tree and clears "+
-			"its environment outlives the attempt; the worker's environment and memory are hidden from jobs (it is non-dumpable). "+
-			"Run the worker as root with a job uid pool (--job-uids) to give each attempt its own user",
+			"signal the worker and other jobs, and "+escape+" outlives the attempt; the worker's environment and memory are "+
+			"hidden from jobs (it is non-dumpable). Run the worker as root with a job uid pool (--job-uids) to give each attempt its own user",
 			slog.Int("uid", s.self), slog.String("job_root", s.root))
 	}
 }
@@ -359,6 +377,13 @@ func (s *sandbox) prepare(a Attempt) (*jail, error) {
 			return nil, errors.Join(fmt.Errorf("give the attempt directory to uid %d: %w", j.uid, err), os.Remove(j.dir))
 		}
 	}
+	if s.cg != nil {
+		cg, err := s.cg.take()
+		if err != nil {
+			return nil, errors.Join(err, s.release(j)) // nothing ran in it
+		}
+		j.cg = cg
+	}
 	return j, nil
 }
 
@@ -377,6 +402,10 @@ func (s *sandbox) release(j *jail) error {
 	}
 	if err != nil {
 		err = fmt.Errorf("clean up the attempt directory: %w", err)
+	}
+	if j.cg != nil {
+		err = errors.Join(err, s.cg.give(j.cg))
+		j.cg = nil
 	}
 	if j.pooled {
 		s.clean(j.uid)
@@ -625,6 +654,9 @@ func (s *sandbox) close() error {
 	var errs []error
 	for _, sp := range spare {
 		errs = append(errs, os.RemoveAll(sp))
+	}
+	if s.cg != nil {
+		errs = append(errs, s.cg.close())
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err

@@ -607,13 +607,20 @@ func sweep(what string, match matcher, find func(matcher) ([]procEntry, error)) 
 	}
 }
 
-// signalAttempt sends sig to j's processes.
+// signalAttempt sends sig to j's processes: those in its cgroup if it
+// has one (see cgroup_linux.go), else those /proc shows to be its.
 func (s *sandbox) signalAttempt(j *jail, leader int, alive bool, sig syscall.Signal) error {
+	if j.cg != nil {
+		return j.cg.signal(sig)
+	}
 	return signal(s.attemptMatcher(j, leader, alive), sig)
 }
 
 // sweepAttempt kills j's processes and reports whether any is left.
 func (s *sandbox) sweepAttempt(j *jail, leader int, alive bool) error {
+	if j.cg != nil {
+		return j.cg.sweep("the attempt in " + j.dir)
+	}
 	exited := 0
 	if !alive && waitsUnreaped {
 		exited = leader // a zombie until the sweep is done (see process.wait)
@@ -621,8 +628,15 @@ func (s *sandbox) sweepAttempt(j *jail, leader int, alive bool) error {
 	return sweep("the attempt in "+j.dir, s.attemptMatcher(j, leader, alive), findSeen(s.uids, exited))
 }
 
-// reclaim kills what attempts of an earlier life of the worker left.
+// reclaim kills what attempts of an earlier life of the worker left: in
+// its cgroups, if it has them, and what /proc shows to be theirs (an
+// earlier life may have run without cgroups).
 func (s *sandbox) reclaim() error {
+	if s.cg != nil {
+		if err := s.cg.reclaim(); err != nil {
+			return err
+		}
+	}
 	what := "earlier attempts (job uids " + s.uids.String() + ")"
 	if !s.pooled() {
 		what = "earlier attempts in " + s.root

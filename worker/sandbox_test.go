@@ -83,8 +83,9 @@ func TestJobEnvIsAllowlisted(t *testing.T) {
 
 // mode is one way of running jobs this process can test.
 type mode struct {
-	name string
-	uids IDRange // zero: jobs run as the worker's user
+	name   string
+	uids   IDRange // zero: jobs run as the worker's user
+	cgroup string  // Config.Cgroup: "" finds an attempt's processes through /proc
 }
 
 // poolBase spreads the pools of concurrent test processes apart: each
@@ -95,16 +96,41 @@ var (
 )
 
 // modes lists the modes: as the worker's user always, and as root with a
-// pool of 8 ids of its own.
+// pool of 8 ids of its own; then, where this process can make cgroups
+// (see cgroupTestBase), each again with a cgroup directory of its own.
 func modes(t *testing.T) []mode {
 	t.Helper()
+	pool := func() IDRange {
+		first := poolBase + poolNext.Add(1)*8
+		return IDRange{first, first + 7}
+	}
 	ms := []mode{{name: "worker-user"}}
 	if os.Geteuid() == 0 {
-		first := poolBase + poolNext.Add(1)*8
-		ms = append(ms, mode{name: "uid-pool", uids: IDRange{first, first + 7}})
+		ms = append(ms, mode{name: "uid-pool", uids: pool()})
+	}
+	base := cgroupTestBase()
+	if base == "" {
+		return ms
+	}
+	for _, m := range slices.Clone(ms) {
+		m.name += "+cgroup"
+		if !m.uids.IsZero() {
+			m.uids = pool()
+		}
+		m.cgroup = filepath.Join(base, fmt.Sprintf("gpuq-test-%d-%d", os.Getpid(), cgroupNext.Add(1)))
+		t.Cleanup(func() {
+			// The worker has removed the attempts' cgroups when it stopped.
+			if err := syscall.Rmdir(m.cgroup); err != nil && err != syscall.ENOENT {
+				t.Errorf("remove the test's cgroup directory %s: %v", m.cgroup, err)
+			}
+		})
+		ms = append(ms, m)
 	}
 	return ms
 }
+
+// cgroupNext names the cgroup directories of the modes.
+var cgroupNext atomic.Uint32
 
 // sandboxDirs returns a state directory and a job root for a worker in
 // mode m. With a pool the job root must be reachable by the jobs' users,
@@ -133,7 +159,7 @@ func startSandboxed(t *testing.T, m mode, bus *fakeBus, gpus int, adjust func(*C
 	state, jobs := sandboxDirs(t, m)
 	var cfg Config
 	f := startFake(t, bus, gpus, func(c *Config) {
-		c.StateDir, c.JobRoot, c.JobUIDs = state, jobs, m.uids
+		c.StateDir, c.JobRoot, c.JobUIDs, c.Cgroup = state, jobs, m.uids, m.cgroup
 		if adjust != nil {
 			adjust(c)
 		}
@@ -396,7 +422,7 @@ func TestSandboxLeftoversOfAKilledWorker(t *testing.T) {
 			state, jobs := sandboxDirs(t, m)
 			cmd := exec.Command(exe, "-test.run=^TestSandboxHelperWorker$", "-test.count=1")
 			cmd.Env = append(os.Environ(), "GPUQ_TEST_HELPER=worker", "GPUQ_TEST_STATE="+state, "GPUQ_TEST_JOBS="+jobs,
-				"GPUQ_TEST_UIDS="+m.uids.String())
+				"GPUQ_TEST_UIDS="+m.uids.String(), "GPUQ_TEST_CGROUP="+m.cgroup)
 			cmd.Stderr = t.Output()
 			stdout, err := cmd.StdoutPipe()
 			if err != nil {
@@ -434,7 +460,7 @@ func TestSandboxLeftoversOfAKilledWorker(t *testing.T) {
 				}
 				return nil
 			}
-			startFake(t, bus, 1, func(c *Config) { c.StateDir, c.JobRoot, c.JobUIDs = state, jobs, m.uids })
+			startFake(t, bus, 1, func(c *Config) { c.StateDir, c.JobRoot, c.JobUIDs, c.Cgroup = state, jobs, m.uids, m.cgroup })
 			select {
 			case <-bus.beat:
 			case <-time.After(20 * time.Second):
@@ -463,6 +489,7 @@ func TestSandboxHelperWorker(t *testing.T) {
 	bus := newFakeBus()
 	startFake(t, bus, 1, func(c *Config) {
 		c.StateDir, c.JobRoot, c.JobUIDs = os.Getenv("GPUQ_TEST_STATE"), os.Getenv("GPUQ_TEST_JOBS"), uids
+		c.Cgroup = os.Getenv("GPUQ_TEST_CGROUP")
 	})
 	bus.sendOrder(t, dispatchOrder("esc", 1, 1, escapee...))
 	fmt.Printf("CHILD %d\n", childPid(t, bus, "esc"))

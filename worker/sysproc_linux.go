@@ -14,11 +14,15 @@ import (
 // everything it started, has the kernel kill it if the worker dies, and,
 // with a pool, runs it as its attempt's user and group with no
 // supplementary groups. (Go sets the death signal after the ids change,
-// which would otherwise clear it.)
+// which would otherwise clear it.) With a cgroup the child is made in it
+// (clone3's CLONE_INTO_CGROUP).
 func sysProcAttr(j *jail) *syscall.SysProcAttr {
 	a := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if j != nil && j.pooled {
 		a.Credential = &syscall.Credential{Uid: j.uid, Gid: j.uid, Groups: []uint32{}}
+	}
+	if j != nil && j.cg != nil {
+		a.UseCgroupFD, a.CgroupFD = true, j.cg.dir
 	}
 	return a
 }

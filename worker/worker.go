@@ -103,6 +103,17 @@ type Config struct {
 	// did not start at start. Defaults to none: jobs run as the worker's
 	// own user, which the worker logs at start with what it means.
 	JobUIDs IDRange
+	// Cgroup is a cgroup v2 directory for the worker alone (made if
+	// missing; under systemd, a directory below the service's own cgroup
+	// with Delegate=yes). Each attempt then runs in a cgroup of its own
+	// below it, which every process the attempt starts is born in and
+	// cannot leave without write access to the worker's cgroup files:
+	// the sweep at its end finds all of them at a fixed cost (one read
+	// where the /proc sweep lists every process of the host), and kills
+	// them with one write. At start the worker kills and removes what is
+	// below it. Linux 5.14 or later. Defaults to "": an attempt's
+	// processes are found through /proc (see sandbox_linux.go).
+	Cgroup string
 	// HeartbeatInterval is how often the worker writes its heartbeat.
 	// Defaults to 2s.
 	HeartbeatInterval time.Duration

@@ -39,11 +39,13 @@ func init() {
 	register(&command{
 		name:    "worker",
 		summary: "run the worker daemon of this GPU host",
-		usage:   "worker [--nats URL] [--host NAME] [--simulate dgxh100|dgxh200 --gpus N] [--state-dir DIR] [--job-root DIR] [--job-uids FIRST-LAST|none] [--metrics-listen ADDR]",
+		usage:   "worker [--nats URL] [--host NAME] [--simulate dgxh100|dgxh200 --gpus N] [--state-dir DIR] [--job-root DIR] [--job-uids FIRST-LAST|none] [--cgroup DIR] [--metrics-listen ADDR]",
 		example: `  gpuq worker --nats nats://nats-1:4222 --creds worker.creds          # real GPUs through NVML
   gpuq worker --host sim-2 --simulate dgxh100 --gpus 4                   # go-nvml's simulated GPUs
   # as root each attempt runs as its own user of --job-uids (61000-61099) in its own directory;
   # otherwise as the worker's user, which the worker's log explains at start
+  # --cgroup /sys/fs/cgroup/gpuq puts each attempt in a cgroup of its own: every process it starts is
+  # found and killed when it ends, at a fixed cost (Linux 5.14 or later)
   # SIGTERM drains (running jobs finish, up to --drain); a second signal stops at once`,
 		run: runWorkerCmd,
 	})
@@ -223,6 +225,7 @@ type workerOpts struct {
 	stateDir string
 	jobRoot  string
 	jobUIDs  worker.IDRange
+	cgroup   string
 	keepDirs bool
 	drain    time.Duration
 	maxUsed  int64
@@ -274,7 +277,7 @@ func newWorker(ctx context.Context, nc *nats.Conn, n subjects.Names, o workerOpt
 		return nil, err
 	}
 	cfg := worker.Config{Host: o.host, GPU: gpu, Bus: bus, Logger: log, StateDir: o.stateDir,
-		JobRoot: o.jobRoot, JobUIDs: o.jobUIDs, KeepAttemptDirs: o.keepDirs, DrainTimeout: o.drain, MaxUsedMiB: o.maxUsed, MaxLogBytes: o.maxLog}
+		JobRoot: o.jobRoot, JobUIDs: o.jobUIDs, Cgroup: o.cgroup, KeepAttemptDirs: o.keepDirs, DrainTimeout: o.drain, MaxUsedMiB: o.maxUsed, MaxLogBytes: o.maxLog}
 	if o.metrics != nil {
 		cfg.Metrics = o.metrics
 		bus.ReportRetried = o.metrics.ReportRetried
@@ -299,6 +302,8 @@ func runWorkerCmd(ctx context.Context, e *env, args []string) error {
 	}
 	fs.StringVar(&uids, "job-uids", uids, "as root: ids FIRST-LAST to run attempts as, one each (uid and gid), no user or group of the host's, "+
 		"and no other worker's; none runs jobs as the worker's user (default "+defaultJobUIDs+" as root, none otherwise)")
+	fs.StringVar(&o.cgroup, "cgroup", "", "a cgroup v2 directory for this worker alone (under systemd: below the service's cgroup, "+
+		"with Delegate=yes): each attempt runs in a cgroup of its own there, which holds every process it starts (default: find them through /proc)")
 	fs.DurationVar(&o.drain, "drain", 5*time.Minute, "on SIGTERM, how long running jobs may finish before they are stopped")
 	fs.Int64Var(&o.maxUsed, "max-used-mib", 1024, "memory a GPU may have in use and still count as free")
 	fs.IntVar(&o.maxLog, "max-log-bytes", 16<<20, "output kept per attempt; gpuq logs says where the rest was cut and how much was dropped")

@@ -1,0 +1,134 @@
+//go:build linux
+
+package worker
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/gpuq/gpuq/ledger"
+)
+
+// cgroupTestBase is a cgroup v2 directory this process may make the
+// modes' cgroup directories in: its own cgroup, in the cgroup v2 file
+// system it is mounted at, where a worker there passes openCgroups'
+// checks (root, or a delegated cgroup). "" where there is none; the
+// cgroup modes are then left out, and the tests say so once.
+var cgroupTestBase = sync.OnceValue(func() string {
+	base, why := findCgroupBase()
+	if why != "" {
+		println("worker tests: no cgroup modes:", why)
+		return ""
+	}
+	return base
+})
+
+func findCgroupBase() (string, string) {
+	own := ""
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", err.Error()
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			own = p
+		}
+	}
+	if own == "" {
+		return "", "this process has no cgroup v2 (no 0:: line in /proc/self/cgroup)"
+	}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", err.Error()
+	}
+	defer func() { _ = f.Close() }() // read only
+	mount := ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint options... - type source options
+		fields := strings.Fields(sc.Text())
+		for i, fld := range fields {
+			if fld == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" && len(fields) > 4 && fields[3] == "/" {
+				mount = fields[4]
+			}
+		}
+	}
+	if mount == "" {
+		return "", "no cgroup v2 file system is mounted"
+	}
+	base := filepath.Join(mount, own)
+	probe := filepath.Join(base, "gpuq-test-probe-"+strconv.Itoa(os.Getpid()))
+	defer func() { _ = syscall.Rmdir(probe) }() // made by openCgroups, if it got that far
+	tree, err := openCgroups(probe)
+	if err != nil {
+		return "", err.Error()
+	}
+	_ = tree.close() // it has no spares
+	return base, ""
+}
+
+// TestSandboxCgroupHoldsWhatLeavesEverythingElse: a grandchild that leaves
+// its attempt's process group and session, outlives its parent (so it
+// descends from no process of the attempt) and execs with the attempt's
+// marker removed from its environment is found by nothing the /proc sweep
+// reads when jobs run as the worker's user. In the attempt's cgroup it is
+// killed before the done report, in every mode.
+func TestSandboxCgroupHoldsWhatLeavesEverythingElse(t *testing.T) {
+	t.Parallel()
+	if cgroupTestBase() == "" {
+		t.Skip("this process cannot make cgroups")
+	}
+	for _, m := range modes(t) {
+		if m.cgroup == "" {
+			continue
+		}
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			bus := newFakeBus()
+			var child atomic.Int64
+			var leftAtDone atomic.Bool
+			bus.onReport = func(r ledger.Report) {
+				if r.Type == ledger.ReportDone {
+					leftAtDone.Store(alive(int(child.Load())))
+				}
+			}
+			startSandboxed(t, m, bus, 1, nil)
+			bus.sendOrder(t, dispatchOrder("esc", 1, 1, "sh", "-c",
+				`setsid sh -c 'exec env -u GPUQ_SANDBOX sleep 300' & echo "child=$!"; sleep 0.5`))
+			if r := bus.nextReport(t); r.Type != ledger.ReportStarted {
+				t.Fatalf("report %+v, want started", r)
+			}
+			pid := childPid(t, bus, "esc")
+			child.Store(int64(pid))
+			t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) }) // if the test fails
+			if r := bus.nextReport(t); r.Type != ledger.ReportDone {
+				t.Fatalf("report %+v, want done", r)
+			}
+			if leftAtDone.Load() {
+				t.Errorf("the escaped grandchild %d still ran when the done report was sent", pid)
+			}
+		})
+	}
+}
+
+// TestCgroupRefusesWhatIsNoCgroup: a Config.Cgroup that is not in a cgroup
+// v2 file system, or is relative, is refused at New with what to do.
+func TestCgroupRefusesWhatIsNoCgroup(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ dir, want string }{
+		{t.TempDir(), "is not in a cgroup v2 file system"},
+		{"relative/cgroup", "must be an absolute path"},
+	} {
+		_, err := New(Config{Host: "h", GPU: fakeGPU{n: 1}, Bus: newFakeBus(), StateDir: t.TempDir(), Cgroup: tc.dir})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New with Cgroup %q = %v, want an error saying %q", tc.dir, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,20 @@
+//go:build unix && !linux
+
+package worker
+
+import "errors"
+
+// Cgroups are Linux's: Config.Cgroup is refused elsewhere, so no jail
+// ever has one.
+
+type cgroupTree struct{ root string }
+
+type cgroup struct{}
+
+func openCgroups(string) (*cgroupTree, error) {
+	return nil, errors.New("worker: Config.Cgroup is supported on Linux only")
+}
+
+func (*cgroupTree) take() (*cgroup, error) { return nil, errors.ErrUnsupported }
+func (*cgroupTree) give(*cgroup) error     { return nil }
+func (*cgroupTree) close() error           { return nil }
