@@ -214,7 +214,7 @@ func (b *WorkerBus) Report(ctx context.Context, r ledger.Report) error {
 		// tried again, not waited on until ctx's deadline.
 		tctx, cancel := context.WithTimeout(ctx, tryTimeout)
 		defer cancel()
-		_, err := b.js.PublishMsg(tctx, natsMsg(msg), jetstream.WithExpectStream(b.n.CmdStream()))
+		_, err := publishStored(tctx, b.js.Conn(), natsMsg(msg), b.n.CmdStream())
 		if err != nil && ctx.Err() != nil {
 			return backoff.Permanent(ctx.Err())
 		}
@@ -232,7 +232,7 @@ func (b *WorkerBus) Log(ctx context.Context, c wire.LogChunk) error {
 	if err != nil {
 		return err
 	}
-	_, err = b.js.PublishMsg(ctx, natsMsg(msg))
+	_, err = publishStored(ctx, b.js.Conn(), natsMsg(msg), b.n.LogsStream())
 	return err
 }
 
