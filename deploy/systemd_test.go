@@ -127,8 +127,8 @@ func TestSystemdUnitsVerify(t *testing.T) {
 
 	// The exposure systemd-analyze security computes from the hardening
 	// options (0 best, 10 worst). The worker keeps what running jobs
-	// needs (see the unit's comments); measured with systemd 252: 1.2 and
-	// 5.4.
+	// needs (see the unit's comments); measured with systemd 252: 1.2 to
+	// 1.4, and 5.6 (5.4 before ProtectControlGroups=no).
 	for name, most := range map[string]float64{"gpuq-scheduler.service": 2.0, "gpuq-worker.service": 6.0} {
 		out, err := exec.Command(analyze, "security", "--offline=yes", filepath.Join(dir, name)).CombinedOutput()
 		if err != nil {
@@ -172,7 +172,7 @@ func TestSystemdUnitsSettings(t *testing.T) {
 				"Restart": "always", "EnvironmentFile": "/etc/gpuq/worker.env", "NoNewPrivileges": "yes",
 				"ProtectSystem": "full", "ProtectHome": "yes", "PrivateTmp": "yes", "PrivateDevices": "no",
 				"KillMode": "mixed", "LoadCredential": "nkey:/etc/gpuq/worker.nk", "Environment": "NATS_NKEY=%d/nkey",
-				"StateDirectory": "gpuq-worker", "StateDirectoryMode": "0700",
+				"StateDirectory": "gpuq-worker", "StateDirectoryMode": "0700", "Delegate": "yes", "ProtectControlGroups": "no",
 			},
 			vars: []string{"NATS_URL", "GPUQ_HOST", "NATS_INBOX_PREFIX", "GPUQ_WORKER_FLAGS"},
 		},
@@ -231,6 +231,10 @@ func TestSystemdUnitsSettings(t *testing.T) {
 	w := parseUnit(t, "systemd/gpuq-worker.service")
 	if flagValue(strings.Fields(w.get("Service", "ExecStart")), "--job-uids") != "61000-61099" || w.get("Service", "User") != "" {
 		t.Errorf("gpuq-worker.service: ExecStart %q, User %q: want --job-uids 61000-61099 as root", w.get("Service", "ExecStart"), w.get("Service", "User"))
+	}
+	// Each attempt in a cgroup of its own, below the service's delegated one.
+	if v := flagValue(strings.Fields(w.get("Service", "ExecStart")), "--cgroup"); v != "auto" {
+		t.Errorf("gpuq-worker.service: --cgroup %q, want auto", v)
 	}
 	caps := strings.Fields(w.get("Service", "CapabilityBoundingSet"))
 	slices.Sort(caps)

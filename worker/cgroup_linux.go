@@ -43,6 +43,41 @@ import (
 // worker removes every cgroup below its directory at start, killing what
 // an earlier life left in them, and its spares when it stops.
 
+// OwnCgroup is the directory of this process's cgroup v2, where its
+// cgroup v2 file system is mounted: under systemd, the service's cgroup,
+// which Delegate=yes gives the service to make cgroups below. It fails
+// where the process has no cgroup v2 or it is not mounted.
+func OwnCgroup() (string, error) {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", fmt.Errorf("worker: own cgroup: %w", err)
+	}
+	own := ""
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			own = p
+		}
+	}
+	if own == "" {
+		return "", errors.New("worker: own cgroup: this process has no cgroup v2 (no 0:: line in /proc/self/cgroup)")
+	}
+	data, err = os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", fmt.Errorf("worker: own cgroup: %w", err)
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		// id parent major:minor root mountpoint options… - type source
+		// options. A mount of the whole file system (root /) is one the
+		// cgroup's path is below; mount points with spaces are escaped
+		// (\040), which cgroup mounts never need.
+		f := strings.Fields(line)
+		if i := slices.Index(f, "-"); i > 4 && i+1 < len(f) && f[i+1] == "cgroup2" && f[3] == "/" {
+			return filepath.Join(f[4], own), nil
+		}
+	}
+	return "", errors.New("worker: own cgroup: no cgroup v2 file system is mounted")
+}
+
 // cgroup2Magic is CGROUP2_SUPER_MAGIC, statfs's f_type of a cgroup v2
 // file system.
 const cgroup2Magic = 0x63677270

@@ -3,9 +3,9 @@
 package worker
 
 import (
-	"bufio"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,39 +31,10 @@ var cgroupTestBase = sync.OnceValue(func() string {
 })
 
 func findCgroupBase() (string, string) {
-	own := ""
-	data, err := os.ReadFile("/proc/self/cgroup")
+	base, err := OwnCgroup()
 	if err != nil {
 		return "", err.Error()
 	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if p, ok := strings.CutPrefix(line, "0::"); ok {
-			own = p
-		}
-	}
-	if own == "" {
-		return "", "this process has no cgroup v2 (no 0:: line in /proc/self/cgroup)"
-	}
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return "", err.Error()
-	}
-	defer func() { _ = f.Close() }() // read only
-	mount := ""
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options... - type source options
-		fields := strings.Fields(sc.Text())
-		for i, fld := range fields {
-			if fld == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" && len(fields) > 4 && fields[3] == "/" {
-				mount = fields[4]
-			}
-		}
-	}
-	if mount == "" {
-		return "", "no cgroup v2 file system is mounted"
-	}
-	base := filepath.Join(mount, own)
 	probe := filepath.Join(base, "gpuq-test-probe-"+strconv.Itoa(os.Getpid()))
 	defer func() { _ = syscall.Rmdir(probe) }() // made by openCgroups, if it got that far
 	tree, err := openCgroups(probe)
@@ -130,5 +101,22 @@ func TestCgroupRefusesWhatIsNoCgroup(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New with Cgroup %q = %v, want an error saying %q", tc.dir, err, tc.want)
 		}
+	}
+}
+
+// TestOwnCgroupHoldsThisProcess: the directory OwnCgroup names lists this
+// process in its cgroup.procs.
+func TestOwnCgroupHoldsThisProcess(t *testing.T) {
+	t.Parallel()
+	dir, err := OwnCgroup()
+	if err != nil {
+		t.Skipf("no cgroup v2 here: %v", err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(strings.Fields(string(data)), strconv.Itoa(os.Getpid())) {
+		t.Errorf("%s/cgroup.procs does not list this process %d:\n%s", dir, os.Getpid(), data)
 	}
 }

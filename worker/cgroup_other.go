@@ -18,3 +18,8 @@ func openCgroups(string) (*cgroupTree, error) {
 func (*cgroupTree) take() (*cgroup, error) { return nil, errors.ErrUnsupported }
 func (*cgroupTree) give(*cgroup) error     { return nil }
 func (*cgroupTree) close() error           { return nil }
+
+// OwnCgroup fails outside Linux.
+func OwnCgroup() (string, error) {
+	return "", errors.New("worker: cgroups are supported on Linux only")
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -44,8 +45,8 @@ func init() {
   gpuq worker --host sim-2 --simulate dgxh100 --gpus 4                   # go-nvml's simulated GPUs
   # as root each attempt runs as its own user of --job-uids (61000-61099) in its own directory;
   # otherwise as the worker's user, which the worker's log explains at start
-  # --cgroup /sys/fs/cgroup/gpuq puts each attempt in a cgroup of its own: every process it starts is
-  # found and killed when it ends, at a fixed cost (Linux 5.14 or later)
+  # --cgroup auto puts each attempt in a cgroup of its own below the worker's: every process it
+  # starts is found and killed when it ends, at a fixed cost (Linux 5.14 or later)
   # SIGTERM drains (running jobs finish, up to --drain); a second signal stops at once`,
 		run: runWorkerCmd,
 	})
@@ -302,8 +303,9 @@ func runWorkerCmd(ctx context.Context, e *env, args []string) error {
 	}
 	fs.StringVar(&uids, "job-uids", uids, "as root: ids FIRST-LAST to run attempts as, one each (uid and gid), no user or group of the host's, "+
 		"and no other worker's; none runs jobs as the worker's user (default "+defaultJobUIDs+" as root, none otherwise)")
-	fs.StringVar(&o.cgroup, "cgroup", "", "a cgroup v2 directory for this worker alone (under systemd: below the service's cgroup, "+
-		"with Delegate=yes): each attempt runs in a cgroup of its own there, which holds every process it starts (default: find them through /proc)")
+	fs.StringVar(&o.cgroup, "cgroup", "", "a cgroup v2 directory for this worker alone, or auto: gpuq-jobs-<host> below the worker's own cgroup "+
+		"(under systemd, the service's, with Delegate=yes); each attempt runs in a cgroup of its own there, which holds every process it starts "+
+		"(default: find them through /proc)")
 	fs.DurationVar(&o.drain, "drain", 5*time.Minute, "on SIGTERM, how long running jobs may finish before they are stopped")
 	fs.Int64Var(&o.maxUsed, "max-used-mib", 1024, "memory a GPU may have in use and still count as free")
 	fs.IntVar(&o.maxLog, "max-log-bytes", 16<<20, "output kept per attempt; gpuq logs says where the rest was cut and how much was dropped")
@@ -323,6 +325,13 @@ func runWorkerCmd(ctx context.Context, e *env, args []string) error {
 		return usagef("--job-uids: %v", err)
 	}
 	o.jobUIDs = jobUIDs
+	if o.cgroup == "auto" {
+		own, err := worker.OwnCgroup()
+		if err != nil {
+			return usagef("--cgroup auto: %v", err)
+		}
+		o.cgroup = filepath.Join(own, "gpuq-jobs-"+o.host)
+	}
 	log, err := e.logger(*level)
 	if err != nil {
 		return err
