@@ -37,6 +37,17 @@ type follower struct {
 	err  error
 }
 
+// A pull of the command log waits up to followExpiry and is heartbeated
+// every followHeartbeat while it waits: a pull the server has dropped
+// (seen on a host's order consumer: pending messages, no waiting pull, no
+// error) shows as two missed heartbeats, and the consumer pulls afresh,
+// after 2s rather than the 10s jetstream's defaults (30s, 5s) would take.
+// Every submission waits for the fold meanwhile.
+const (
+	followExpiry    = 10 * time.Second
+	followHeartbeat = time.Second
+)
+
 // Follow starts an ordered consumer at entry after+1 and delivers entries
 // on the follower's channel. The consumer is ephemeral: it keeps no state on
 // the server, and the checkpoint says where the next one starts.
@@ -59,7 +70,7 @@ func (l *CommandLog) Follow(ctx context.Context, after uint64) (scheduler.Follow
 		case f.c <- e:
 		case <-f.done:
 		}
-	}, jetstream.PullMaxMessages(1024))
+	}, jetstream.PullMaxMessages(1024), jetstream.PullExpiry(followExpiry), jetstream.PullHeartbeat(followHeartbeat))
 	if err != nil {
 		return nil, fmt.Errorf("consume %s: %w", l.stream, err)
 	}

@@ -2,6 +2,7 @@ package natsbus_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -38,5 +39,47 @@ func TestPublishCountsWhatItStoredAnew(t *testing.T) {
 	more := append(msgs, wire.Message{Subject: n.Sched(subjects.SchedLost), MsgID: "lost.j.3", Data: []byte(`{}`)})
 	if stored, err := p.Publish(ctx, more); err != nil || stored != 1 {
 		t.Errorf("Publish with one new id = %d, %v; want 1 stored anew", stored, err)
+	}
+}
+
+// TestCommandLogPullsAreHeartbeatedEverySecond: the scheduler's read of
+// the command log pulls with a 1s heartbeat and a 10s expiry, so a pull
+// the server dropped stalls the fold for 2s, not jetstream's default 10s.
+func TestCommandLogPullsAreHeartbeatedEverySecond(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	_, js := srv.JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n := subjects.Default
+	if err := natsbus.Setup(ctx, js, n, natsbus.SetupConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	watch := srv.Connect(t)
+	pulls, err := watch.SubscribeSync("$JS.API.CONSUMER.MSG.NEXT." + n.CmdStream() + ".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	fol, err := natsbus.NewCommandLog(js, n).Follow(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fol.Stop()
+	m, err := pulls.NextMsg(20 * time.Second)
+	if err != nil {
+		t.Fatalf("no pull request: %v", err)
+	}
+	var req struct {
+		Expires   time.Duration `json:"expires"`
+		Heartbeat time.Duration `json:"idle_heartbeat"`
+	}
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		t.Fatalf("pull request %s: %v", m.Data, err)
+	}
+	if req.Heartbeat != time.Second || req.Expires != 10*time.Second {
+		t.Errorf("pull request %s: heartbeat %v, expiry %v; want 1s and 10s", m.Data, req.Heartbeat, req.Expires)
 	}
 }
