@@ -32,7 +32,10 @@ type Claims struct {
 	gpu        GPU
 	maxUsedMiB int64
 
-	mu        sync.Mutex
+	mu sync.Mutex
+	// uuids is each index's UUID as the last snapshot read it (see
+	// claimFew).
+	uuids     []string
 	holder    map[string]Attempt // uuid → attempt
 	unhealthy map[string]string  // uuid → reason
 }
@@ -77,12 +80,16 @@ func (c *Claims) why(d Device) string {
 // wrapping ErrNotEnoughGPUs, with why each other device was passed over,
 // when fewer than n are free.
 func (c *Claims) Claim(a Attempt, n int) ([]Device, error) {
+	if devs, ok := c.claimFew(a, n); ok {
+		return devs, nil
+	}
 	devs, err := c.gpu.Devices()
 	if err != nil {
 		return nil, fmt.Errorf("read the GPUs: %w", err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.noteUUIDs(devs)
 	if held := c.heldLocked(a, devs); len(held) > 0 {
 		return held, nil
 	}
@@ -112,6 +119,82 @@ func (c *Claims) Claim(a Attempt, n int) ([]Device, error) {
 		c.holder[d.UUID] = a
 	}
 	return free, nil
+}
+
+// claimFew claims n free GPUs for a the way Claim does, reading afresh only
+// the devices no attempt here holds, in index order, until n are free:
+// with a DeviceReader and a snapshot read before, a claim on a busy host
+// reads one device, not all (each read is six NVML calls, one of them the
+// device's process list). It reports false, having claimed nothing, when
+// it cannot: no DeviceReader or snapshot yet, a devices' UUID that is not
+// the snapshot's (the full read notes the new ones), a attempt that holds
+// GPUs already, or fewer than n free, which Claim's full read then says
+// why of.
+func (c *Claims) claimFew(a Attempt, n int) ([]Device, bool) {
+	dr, ok := c.gpu.(DeviceReader)
+	if !ok || n <= 0 {
+		return nil, false
+	}
+	c.mu.Lock()
+	var cands []int
+	for i, u := range c.uuids {
+		h := c.holder[u]
+		if h == a {
+			c.mu.Unlock()
+			return nil, false // held already: Claim returns those
+		}
+		if h == (Attempt{}) && c.unhealthy[u] == "" {
+			cands = append(cands, i)
+		}
+	}
+	uuids := c.uuids
+	c.mu.Unlock()
+	if len(cands) < n {
+		return nil, false
+	}
+	var free []Device
+	for _, i := range cands {
+		d, err := dr.Device(i)
+		if err != nil || d.UUID != uuids[i] || d.Index != i {
+			return nil, false
+		}
+		c.mu.Lock()
+		ok := c.why(d) == ""
+		c.mu.Unlock()
+		if ok {
+			free = append(free, d)
+			if len(free) == n {
+				break
+			}
+		}
+	}
+	if len(free) < n {
+		return nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, d := range free {
+		if c.why(d) != "" { // claimed meanwhile, or found unhealthy
+			return nil, false
+		}
+	}
+	for _, d := range free {
+		c.holder[d.UUID] = a
+	}
+	return free, true
+}
+
+// noteUUIDs keeps each index's UUID as devs shows it. Holds c.mu.
+func (c *Claims) noteUUIDs(devs []Device) {
+	uuids := make([]string, len(devs))
+	for i, d := range devs {
+		if d.Index != i || d.UUID == "" {
+			c.uuids = nil // not a snapshot claimFew can go by
+			return
+		}
+		uuids[i] = d.UUID
+	}
+	c.uuids = uuids
 }
 
 // Release frees every GPU a holds.
@@ -175,6 +258,7 @@ func (c *Claims) Snapshot() ([]Status, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.noteUUIDs(devs)
 	out := make([]Status, len(devs))
 	for i, d := range devs {
 		out[i] = Status{Device: d, Holder: c.holder[d.UUID], Why: c.why(d),

@@ -139,3 +139,62 @@ func TestConcurrentClaimsNeverOverlap(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// countingGPU counts the reads of a real (simulated) GPU.
+type countingGPU struct {
+	*nvmlgpu.GPU
+	mu        sync.Mutex
+	snapshots int
+	reads     []int // device indexes read one at a time
+}
+
+func (g *countingGPU) Devices() ([]worker.Device, error) {
+	g.mu.Lock()
+	g.snapshots++
+	g.mu.Unlock()
+	return g.GPU.Devices()
+}
+
+func (g *countingGPU) Device(i int) (worker.Device, error) {
+	g.mu.Lock()
+	g.reads = append(g.reads, i)
+	g.mu.Unlock()
+	return g.GPU.Device(i)
+}
+
+// TestClaimReadsOnlyTheDevicesItMayTake: once a snapshot has named the
+// devices, a claim reads afresh only devices no attempt holds, in index
+// order, until it has enough; a device found busy that way is not taken,
+// and the full read then says why the claim fails.
+func TestClaimReadsOnlyTheDevicesItMayTake(t *testing.T) {
+	t.Parallel()
+	sg, uuids := simulate(t, 8)
+	g := &countingGPU{GPU: sg}
+	c := worker.NewClaims(g, 1024)
+	if _, err := c.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 7 {
+		got, err := c.Claim(worker.Attempt{Job: fmt.Sprintf("j%d", i), N: 1}, 1)
+		if err != nil || len(got) != 1 || got[0].UUID != uuids[i] {
+			t.Fatalf("claim %d = %v, %v; want %s", i, got, err, uuids[i])
+		}
+	}
+	if g.snapshots != 1 || fmt.Sprint(g.reads) != "[0 1 2 3 4 5 6]" {
+		t.Errorf("7 claims read %d snapshots and devices %v; want 1 (the first) and each claim's own device", g.snapshots, g.reads)
+	}
+	g.reads = nil
+	sg.Sim().SetProcesses(7, 1) // the one left is in use by a process gpuq did not start
+	_, err := c.Claim(worker.Attempt{Job: "late", N: 1}, 1)
+	if !errors.Is(err, worker.ErrGPUsBusy) || !strings.Contains(err.Error(), "compute process") {
+		t.Errorf("a claim of the busy device = %v, want ErrGPUsBusy saying why", err)
+	}
+	if fmt.Sprint(g.reads) != "[7]" || g.snapshots != 2 {
+		t.Errorf("the refused claim read devices %v and %d snapshots in all; want [7], then a snapshot for why", g.reads, g.snapshots)
+	}
+	c.Release(worker.Attempt{Job: "j3", N: 1})
+	got, err := c.Claim(worker.Attempt{Job: "next", N: 1}, 1)
+	if err != nil || len(got) != 1 || got[0].UUID != uuids[3] {
+		t.Errorf("a claim after j3 ended = %v, %v; want %s", got, err, uuids[3])
+	}
+}

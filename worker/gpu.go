@@ -27,6 +27,13 @@ type GPU interface {
 	Close() error
 }
 
+// DeviceReader is what a GPU may offer besides: one device read afresh,
+// by index (Device.Index), as Devices reads each. A claim then reads only
+// the devices it may take, not those its host's attempts hold.
+type DeviceReader interface {
+	Device(index int) (Device, error)
+}
+
 // Device is one GPU as the library saw it when asked.
 type Device struct {
 	Index     int

@@ -99,6 +99,17 @@ func (g *GPU) Devices() ([]worker.Device, error) {
 	return devices, nil
 }
 
+// Device reads device index afresh, as Devices reads each (see
+// worker.DeviceReader).
+func (g *GPU) Device(index int) (worker.Device, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closing {
+		return worker.Device{}, ErrClosed
+	}
+	return query(g.lib, index), nil
+}
+
 // Close shuts the library down. It stops running WatchHealth calls first,
 // so it can take up to one event wait (a second). Calls after Close return
 // [ErrClosed]; a second Close returns nil.
