@@ -24,10 +24,15 @@
 // process group or session, its descendants, and those marked with its
 // GPUQ_SANDBOX (a process that leaves all of these escapes: the limit of
 // running jobs as the worker's own user, which the worker logs at start).
-// Processes that survive keep the GPUs held. At start the worker kills
-// what attempts of its earlier life left (every process of the pool's
-// uids, or those marked with its job root) before its first heartbeat
-// offers the GPUs as free.
+// With [Config.Cgroup] each attempt also runs in a cgroup v2 of its own,
+// which every process it starts is born in, and the sweep finds them all
+// by that cgroup (one read of cgroup.events, not a listing of /proc); a
+// process escapes only by moving itself to another cgroup, which takes
+// write access to the worker's cgroup files (a job of the worker's own
+// user has it; a pool uid has not). Processes that survive keep the GPUs
+// held. At start the worker kills what attempts of its earlier life left
+// (in its cgroups, every process of the pool's uids, or those marked with
+// its job root) before its first heartbeat offers the GPUs as free.
 //
 // A job that names a workdir runs there instead of in its attempt's
 // directory (which stays its HOME and TMPDIR). The worker refuses the
@@ -40,8 +45,9 @@
 // A device is free when it is healthy (no Xid critical error or ECC failure
 // seen), not claimed by this worker, has no compute processes gpuq did not
 // start, uses less memory than a threshold, and is not in MIG mode. A claim
-// takes all the GPUs an attempt needs or none, from a fresh snapshot, and is
-// released on every way the attempt ends. The worker's own table is the
+// takes all the GPUs an attempt needs or none, from a fresh read of the
+// devices (with a [DeviceReader], only of those no attempt holds, until it
+// has enough), and is released on every way the attempt ends. The worker's own table is the
 // truth about what gpuq placed; the GPU library only reveals foreign use.
 //
 // # Order of work
