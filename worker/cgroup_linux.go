@@ -36,7 +36,12 @@ import (
 // (no uid pool) can write the worker's cgroup files, and so move its
 // processes into another cgroup of the worker's, or out of the tree, and
 // outlive its attempt; a setuid-root program of the host, started by a
-// job, could too, as root. The worker says so at start.
+// job, could too, as root. The worker says so at start. With a uid pool,
+// what left the cgroup still has the attempt's uid: before the uid goes
+// back to the pool, the cleaner kills every process of it, found through
+// /proc as without cgroups (see sweepPoolUIDs), once for all the ids
+// released meanwhile. Such a process may hold its attempt's GPUs until
+// then.
 //
 // The cgroups are named a1, a2, … and kept for later attempts once empty
 // (making and removing one costs some 20µs, reading its events 1µs); the
@@ -160,14 +165,19 @@ func openCgroup(path string, mk bool) (*cgroup, error) {
 	return &cgroup{path: path, dir: dir, events: events}, nil
 }
 
-// take hands out an empty cgroup: a spare, or a new one.
+// take hands out an empty cgroup: a spare that still reads empty (one
+// removed or filled meanwhile is dropped), or a new one.
 func (t *cgroupTree) take() (*cgroup, error) {
 	t.mu.Lock()
-	if n := len(t.spare); n > 0 {
+	for n := len(t.spare); n > 0; n = len(t.spare) {
 		g := t.spare[n-1]
 		t.spare = t.spare[:n-1]
 		t.mu.Unlock()
-		return g, nil
+		if live, err := g.populated(); err == nil && !live {
+			return g, nil
+		}
+		_ = g.remove() // gone already, or not ours to start in; the next reclaim kills what is there
+		t.mu.Lock()
 	}
 	t.next++
 	name := "a" + strconv.Itoa(t.next)
@@ -180,8 +190,13 @@ func (t *cgroupTree) take() (*cgroup, error) {
 }
 
 // give takes back g, which no process is left in (see sweep), to hand out
-// again, or removes it when there are spares enough.
+// again, or removes it when there are spares enough, or when it cannot be
+// read or has a process (something else removed it, or put one there: a
+// job of the worker's own user can), so no later attempt starts in it.
 func (t *cgroupTree) give(g *cgroup) error {
+	if live, err := g.populated(); err != nil || live {
+		return g.remove()
+	}
 	t.mu.Lock()
 	if len(t.spare) < maxSpare {
 		t.spare = append(t.spare, g)
@@ -235,12 +250,19 @@ func (t *cgroupTree) reclaim() error {
 	return errors.Join(errs...)
 }
 
+// errCgroupGone reports a cgroup removed while it was open: it had no
+// process (only an empty cgroup can be removed), and has none.
+var errCgroupGone = errors.New("the cgroup was removed")
+
 // populated reports whether any process is in g or a cgroup below it.
 func (g *cgroup) populated() (bool, error) {
 	var buf [256]byte
 	n, err := unix.Pread(g.events, buf[:], 0)
 	for err == unix.EINTR {
 		n, err = unix.Pread(g.events, buf[:], 0)
+	}
+	if err == unix.ENODEV {
+		return false, fmt.Errorf("%s: %w", g.path, errCgroupGone)
 	}
 	if err != nil {
 		return false, &fs.PathError{Op: "read", Path: g.path + "/cgroup.events", Err: err}
@@ -275,6 +297,9 @@ func (g *cgroup) sweep(what string) error {
 	delay := time.Millisecond
 	for {
 		live, err := g.populated()
+		if errors.Is(err, errCgroupGone) {
+			return nil // nothing can be in it
+		}
 		if err != nil || !live {
 			return err
 		}
@@ -343,6 +368,9 @@ func (g *cgroup) signal(sig syscall.Signal) error {
 		}
 	}()
 	for _, pid := range before {
+		if _, ok := fds[pid]; ok {
+			continue // listed twice (the kernel may, for a process that moved)
+		}
 		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
 			fds[pid] = fd
 		}
@@ -351,8 +379,12 @@ func (g *cgroup) signal(sig syscall.Signal) error {
 	if err != nil {
 		return err
 	}
+	still := make(map[int]bool, len(after))
+	for _, pid := range after {
+		still[pid] = true
+	}
 	for pid, fd := range fds {
-		if slices.Contains(after, pid) {
+		if still[pid] {
 			_ = unix.PidfdSendSignal(fd, sig, nil, 0) // ESRCH: gone already, which is the aim
 		}
 	}

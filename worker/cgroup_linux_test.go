@@ -4,7 +4,9 @@ package worker
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gpuq/gpuq/ledger"
 )
@@ -118,5 +121,89 @@ func TestOwnCgroupHoldsThisProcess(t *testing.T) {
 	}
 	if !slices.Contains(strings.Fields(string(data)), strconv.Itoa(os.Getpid())) {
 		t.Errorf("%s/cgroup.procs does not list this process %d:\n%s", dir, os.Getpid(), data)
+	}
+}
+
+// TestSandboxCgroupPoolUIDLeftOutsideIsKilled: with a pool, a process of
+// an attempt's uid that is not in the attempt's cgroup (here one the test
+// starts as that uid, as a setuid helper that moved itself out would be)
+// is killed before the uid goes back to the pool, as the /proc sweep by
+// uid would have killed it.
+func TestSandboxCgroupPoolUIDLeftOutsideIsKilled(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes(t) {
+		if m.cgroup == "" || m.uids.IsZero() {
+			continue
+		}
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			bus := newFakeBus()
+			startSandboxed(t, m, bus, 1, nil)
+			bus.sendOrder(t, dispatchOrder("u", 1, 1, "sh", "-c", `echo "uid=$(id -u)"; sleep 1`))
+			if r := bus.nextReport(t); r.Type != ledger.ReportStarted {
+				t.Fatalf("report %+v, want started", r)
+			}
+			uid := 0
+			for deadline := time.Now().Add(20 * time.Second); uid == 0; time.Sleep(20 * time.Millisecond) {
+				if mm := regexp.MustCompile(`uid=(\d+)`).FindStringSubmatch(bus.output("u", 1)); mm != nil {
+					uid, _ = strconv.Atoi(mm[1])
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the job printed no uid")
+				}
+			}
+			out := exec.Command("sleep", "300")
+			out.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}}
+			if err := out.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan struct{})
+			go func() { _ = out.Wait(); close(exited) }()
+			t.Cleanup(func() { _ = out.Process.Kill(); <-exited })
+			if r := bus.nextReport(t); r.Type != ledger.ReportDone {
+				t.Fatalf("report %+v, want done", r)
+			}
+			select {
+			case <-exited:
+			case <-time.After(15 * time.Second):
+				t.Errorf("a process of the ended attempt's uid %d outside its cgroup still runs 15s after the done report", uid)
+			}
+		})
+	}
+}
+
+// TestSandboxCgroupRemovedSpareIsNotHandedOut: a spare cgroup removed
+// under the worker (a job of the worker's own user may) is dropped, not
+// given to the next attempt, which starts in a new one.
+func TestSandboxCgroupRemovedSpareIsNotHandedOut(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes(t) {
+		if m.cgroup == "" {
+			continue
+		}
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			bus := newFakeBus()
+			startSandboxed(t, m, bus, 1, nil)
+			if r, out := runJob(t, bus, "first", "true"); r.ExitCode != 0 {
+				t.Fatalf("first: %+v\n%s", r, out)
+			}
+			ents, err := os.ReadDir(m.cgroup)
+			if err != nil {
+				t.Fatal(err)
+			}
+			removed := 0
+			for _, e := range ents {
+				if e.IsDir() && syscall.Rmdir(filepath.Join(m.cgroup, e.Name())) == nil {
+					removed++
+				}
+			}
+			if removed == 0 {
+				t.Fatalf("no spare cgroup to remove in %s: the test shows nothing", m.cgroup)
+			}
+			if r, out := runJob(t, bus, "second", "sh", "-c", "grep '^0::' /proc/self/cgroup"); r.ExitCode != 0 {
+				t.Errorf("the attempt after its spare cgroup was removed: %+v\n%s", r, out)
+			}
+		})
 	}
 }

@@ -178,6 +178,11 @@ func (c *Claims) claimFew(a Attempt, n int) ([]Device, bool) {
 			return nil, false
 		}
 	}
+	for _, h := range c.holder {
+		if h == a { // a claim of a's own meanwhile: Claim returns what it holds
+			return nil, false
+		}
+	}
 	for _, d := range free {
 		c.holder[d.UUID] = a
 	}

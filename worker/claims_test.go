@@ -198,3 +198,66 @@ func TestClaimReadsOnlyTheDevicesItMayTake(t *testing.T) {
 		t.Errorf("a claim after j3 ended = %v, %v; want %s", got, err, uuids[3])
 	}
 }
+
+// gatedGPU holds the first device read until gate is closed.
+type gatedGPU struct {
+	*nvmlgpu.GPU
+	once    sync.Once
+	reading chan struct{} // closed when the first read has begun
+	gate    chan struct{}
+}
+
+func (g *gatedGPU) Device(i int) (worker.Device, error) {
+	first := false
+	g.once.Do(func() { first = true })
+	if first {
+		close(g.reading)
+		<-g.gate
+	}
+	return g.GPU.Device(i)
+}
+
+// TestClaimsOfOneAttemptAtOnceHoldItsCount: a claim of an attempt that
+// another claim of the same attempt overtakes while it reads the devices
+// (a redelivered order confirmed beside the first) returns what the first
+// took, and the attempt holds what it asked for once, not twice.
+func TestClaimsOfOneAttemptAtOnceHoldItsCount(t *testing.T) {
+	t.Parallel()
+	sg, uuids := simulate(t, 8)
+	g := &gatedGPU{GPU: sg, reading: make(chan struct{}), gate: make(chan struct{})}
+	c := worker.NewClaims(g, 1024)
+	if _, err := c.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	a := worker.Attempt{Job: "j", N: 1}
+	slow := make(chan []worker.Device, 1)
+	go func() {
+		devs, err := c.Claim(a, 1)
+		if err != nil {
+			t.Error(err)
+		}
+		slow <- devs
+	}()
+	<-g.reading // the slow claim reads device 0
+	fast, err := c.Claim(a, 1)
+	if err != nil || len(fast) != 1 || fast[0].UUID != uuids[0] {
+		t.Fatalf("the overtaking claim = %v, %v; want %s", fast, err, uuids[0])
+	}
+	close(g.gate)
+	if devs := <-slow; len(devs) != 1 || devs[0].UUID != uuids[0] {
+		t.Errorf("the overtaken claim = %v, want the GPU the attempt holds, %s", devs, uuids[0])
+	}
+	st, err := c.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	for _, s := range st {
+		if s.Holder == a {
+			held++
+		}
+	}
+	if held != 1 {
+		t.Errorf("two claims of 1 GPU by one attempt left it holding %d", held)
+	}
+}

@@ -442,7 +442,12 @@ func (s *sandbox) cleaner() {
 			return
 		}
 		s.mu.Unlock()
-		failed, err := s.walk.remove(batch, s.uids, s.shared, s.root)
+		failed, err := batch, s.sweepPoolUIDs(batch)
+		if err != nil {
+			err = fmt.Errorf("kill what ended attempts left under their uids: %w", err)
+		} else {
+			failed, err = s.walk.remove(batch, s.uids, s.shared, s.root)
+		}
 		s.mu.Lock()
 		for _, id := range batch {
 			if !slices.Contains(failed, id) {

@@ -628,6 +628,20 @@ func (s *sandbox) sweepAttempt(j *jail, leader int, alive bool) error {
 	return sweep("the attempt in "+j.dir, s.attemptMatcher(j, leader, alive), findSeen(s.uids, exited))
 }
 
+// sweepPoolUIDs kills every process of ids, pool uids whose attempts have
+// ended, before they go back to the pool: with cgroups the attempts' own
+// sweeps found their processes by cgroup, and a process that left the
+// cgroup (see cgroup_linux.go) still has its attempt's uid. Without
+// cgroups each attempt's sweep was by uid already.
+func (s *sandbox) sweepPoolUIDs(ids []uint32) error {
+	if s.cg == nil {
+		return nil
+	}
+	return sweep(fmt.Sprintf("ended attempts' uids %v", ids), func(p *procInfo, _ map[int]procInfo) bool {
+		return slices.ContainsFunc(p.uids[:], func(u uint32) bool { return slices.Contains(ids, u) })
+	}, findSeen(s.uids, 0))
+}
+
 // reclaim kills what attempts of an earlier life of the worker left: in
 // its cgroups, if it has them, and what /proc shows to be theirs (an
 // earlier life may have run without cgroups).

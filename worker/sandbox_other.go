@@ -60,6 +60,9 @@ func (s *sandbox) sweepAttempt(j *jail, leader int, _ bool) error {
 func noteExited(int) {}
 func noteReaped(int) {}
 
+// sweepPoolUIDs has no pool to sweep: pools are refused outside Linux.
+func (s *sandbox) sweepPoolUIDs([]uint32) error { return nil }
+
 // reclaim has nothing to find: a process group does not outlive its
 // worker's knowledge of it.
 func (s *sandbox) reclaim() error { return nil }
