@@ -104,43 +104,63 @@ type cgroup struct {
 	events int // its cgroup.events
 }
 
+// CheckCgroup checks dir as Config.Cgroup (see openCgroups), so a command
+// can refuse a bad one before it connects; New checks it again.
+func CheckCgroup(dir string) error {
+	t, err := openCgroups(dir)
+	if err != nil {
+		return err
+	}
+	return t.close() // it has no spares yet
+}
+
 // openCgroups checks that dir (made if missing) is a directory of a cgroup
 // v2 file system the worker can make cgroups in, with cgroup.kill (Linux
 // 5.14), and start a process in one of them (clone3, which a container's
 // system call filter may refuse). Every error says what to change.
 func openCgroups(dir string) (*cgroupTree, error) {
 	if !filepath.IsAbs(dir) {
-		return nil, fmt.Errorf("worker: Config.Cgroup %q must be an absolute path", dir)
+		return nil, fmt.Errorf("%q must be an absolute path", dir)
 	}
 	dir = filepath.Clean(dir)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("worker: Config.Cgroup: %w", err)
+	// The file system is that of dir or, if it is missing, of the
+	// directory above it that exists: nothing is made outside a cgroup
+	// file system.
+	at := dir
+	for {
+		if _, err := os.Stat(at); err == nil || !errors.Is(err, fs.ErrNotExist) || at == "/" {
+			break
+		}
+		at = filepath.Dir(at)
 	}
 	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return nil, fmt.Errorf("worker: Config.Cgroup: %w", &fs.PathError{Op: "statfs", Path: dir, Err: err})
+	if err := unix.Statfs(at, &st); err != nil {
+		return nil, &fs.PathError{Op: "statfs", Path: at, Err: err}
 	}
 	if st.Type != cgroup2Magic {
-		return nil, fmt.Errorf("worker: Config.Cgroup %s is not in a cgroup v2 file system (mounted at /sys/fs/cgroup, "+
+		return nil, fmt.Errorf("%s is not in a cgroup v2 file system (mounted at /sys/fs/cgroup, "+
 			"or /sys/fs/cgroup/unified on a system of both versions); leave it out to find attempts through /proc", dir)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
 	}
 	t := &cgroupTree{root: dir}
 	probe := filepath.Join(dir, "probe."+strconv.Itoa(os.Getpid()))
 	_ = removeCgroup(probe) // one an earlier life of the same pid left: never had a process
 	g, err := openCgroup(probe, true)
 	if err != nil {
-		return nil, fmt.Errorf("worker: Config.Cgroup: %w", err)
+		return nil, err
 	}
 	defer func() { _ = g.remove() }() // empty: its one process never ran
 	if _, err := os.Stat(filepath.Join(probe, "cgroup.kill")); err != nil {
-		return nil, fmt.Errorf("worker: Config.Cgroup: this kernel has no cgroup.kill (Linux 5.14 or later has): %w", err)
+		return nil, fmt.Errorf("this kernel has no cgroup.kill (Linux 5.14 or later has): %w", err)
 	}
 	// A program that does not exist: the child is made in the cgroup,
 	// its exec fails, and it exits before it runs anything.
 	_, err = os.StartProcess("/nonexistent/gpuq-cgroup-probe", []string{"gpuq-cgroup-probe"},
 		&os.ProcAttr{Sys: &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: g.dir}})
 	if !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("worker: Config.Cgroup: cannot start a process in a cgroup of %s (clone3 with CLONE_INTO_CGROUP, "+
+		return nil, fmt.Errorf("cannot start a process in a cgroup of %s (clone3 with CLONE_INTO_CGROUP, "+
 			"Linux 5.7 or later, which a container's system call filter may refuse): %v", dir, err)
 	}
 	return t, nil

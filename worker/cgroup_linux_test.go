@@ -3,6 +3,8 @@
 package worker
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -96,14 +98,19 @@ func TestSandboxCgroupHoldsWhatLeavesEverythingElse(t *testing.T) {
 // v2 file system, or is relative, is refused at New with what to do.
 func TestCgroupRefusesWhatIsNoCgroup(t *testing.T) {
 	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "not", "made")
 	for _, tc := range []struct{ dir, want string }{
 		{t.TempDir(), "is not in a cgroup v2 file system"},
+		{missing, "is not in a cgroup v2 file system"},
 		{"relative/cgroup", "must be an absolute path"},
 	} {
 		_, err := New(Config{Host: "h", GPU: fakeGPU{n: 1}, Bus: newFakeBus(), StateDir: t.TempDir(), Cgroup: tc.dir})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New with Cgroup %q = %v, want an error saying %q", tc.dir, err, tc.want)
 		}
+	}
+	if _, err := os.Stat(filepath.Dir(missing)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a refused Cgroup outside a cgroup file system was made: %v", err)
 	}
 }
 

@@ -12,7 +12,7 @@ type cgroupTree struct{ root string }
 type cgroup struct{}
 
 func openCgroups(string) (*cgroupTree, error) {
-	return nil, errors.New("worker: Config.Cgroup is supported on Linux only")
+	return nil, errors.New("cgroups are supported on Linux only")
 }
 
 func (*cgroupTree) take() (*cgroup, error) { return nil, errors.ErrUnsupported }
@@ -22,4 +22,10 @@ func (*cgroupTree) close() error           { return nil }
 // OwnCgroup fails outside Linux.
 func OwnCgroup() (string, error) {
 	return "", errors.New("worker: cgroups are supported on Linux only")
+}
+
+// CheckCgroup fails outside Linux.
+func CheckCgroup(dir string) error {
+	_, err := openCgroups(dir)
+	return err
 }

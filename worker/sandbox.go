@@ -264,7 +264,7 @@ func newSandbox(cfg *Config) (*sandbox, error) {
 	if cfg.Cgroup != "" {
 		cg, err := openCgroups(cfg.Cgroup)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("worker: Config.Cgroup: %w", err)
 		}
 		s.cg = cg
 	}

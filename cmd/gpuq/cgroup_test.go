@@ -79,3 +79,17 @@ func TestWorkerCgroupAuto(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkerRefusesABadCgroupAtOnce: a --cgroup that is no cgroup v2
+// directory is refused before the worker looks for its server (none
+// answers here), with exit 2 and what is wrong.
+func TestWorkerRefusesABadCgroupAtOnce(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var out, errb strings.Builder
+	code := run([]string{"worker", "--host", "h", "--simulate", "dgxh100", "--gpus", "1", "--job-uids", "none",
+		"--cgroup", dir, "--nats", "nats://127.0.0.1:1"}, &out, &errb)
+	if code != exitUsage || !strings.Contains(errb.String(), "--cgroup: "+dir+" is not in a cgroup v2 file system") {
+		t.Errorf("gpuq worker --cgroup %s: exit %d: %s%s", dir, code, out.String(), errb.String())
+	}
+}

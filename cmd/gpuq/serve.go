@@ -332,6 +332,12 @@ func runWorkerCmd(ctx context.Context, e *env, args []string) error {
 		}
 		o.cgroup = filepath.Join(own, "gpuq-jobs-"+o.host)
 	}
+	if o.cgroup != "" {
+		// Refused now, not once the server answers.
+		if err := worker.CheckCgroup(o.cgroup); err != nil {
+			return usagef("--cgroup: %v", err)
+		}
+	}
 	log, err := e.logger(*level)
 	if err != nil {
 		return err
