@@ -704,10 +704,13 @@ func (w *Worker) start(ctx context.Context, cs []*confirmed) []bool {
 	stored := make([]bool, len(cs))
 	var sent sync.WaitGroup
 	for i, r := range rs {
-		if r == nil {
-			continue
+		switch {
+		case r == nil:
+		case len(rs) == 1:
+			stored[i] = w.report(ctx, w.startedReport(cs[i], r)) // alone: no goroutine of its own
+		default:
+			sent.Go(func() { stored[i] = w.report(ctx, w.startedReport(cs[i], r)) })
 		}
-		sent.Go(func() { stored[i] = w.report(ctx, w.startedReport(cs[i], r)) })
 	}
 	sent.Wait()
 	for i, r := range rs {
@@ -886,9 +889,17 @@ func (w *Worker) run(ctx context.Context, r *attempt) {
 		}
 		o = proc.wait(r.spec.Walltime)
 		// The output is whole once wait returns: its end marker is sent
-		// while the attempt is swept, and stored before the done report.
+		// while the attempt is swept (through /proc, which takes a while;
+		// a cgroup's sweep reads one file, and a goroutine to overlap it
+		// would cost more than it saves), and stored before the done
+		// report.
 		closed := make(chan struct{})
-		go func() { defer close(closed); out.close(o) }()
+		if r.jail != nil && r.jail.cg != nil {
+			out.close(o) // the sweep reads one file: nothing to overlap
+			close(closed)
+		} else {
+			go func() { defer close(closed); out.close(o) }()
+		}
 		err := untilGone(ctx, w.leftovers, proc.sweep)
 		proc.reap()
 		if err != nil {
