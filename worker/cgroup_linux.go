@@ -210,13 +210,10 @@ func (t *cgroupTree) take() (*cgroup, error) {
 }
 
 // give takes back g, which no process is left in (see sweep), to hand out
-// again, or removes it when there are spares enough, or when it cannot be
-// read or has a process (something else removed it, or put one there: a
-// job of the worker's own user can), so no later attempt starts in it.
+// again (take reads it once more first: something may remove it, or put a
+// process in it, meanwhile; a job of the worker's own user can), or
+// removes it when there are spares enough.
 func (t *cgroupTree) give(g *cgroup) error {
-	if live, err := g.populated(); err != nil || live {
-		return g.remove()
-	}
 	t.mu.Lock()
 	if len(t.spare) < maxSpare {
 		t.spare = append(t.spare, g)

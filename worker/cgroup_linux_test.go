@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -50,6 +49,21 @@ func findCgroupBase() (string, string) {
 	return base, ""
 }
 
+// cgroupModes is modes with a cgroup; it skips t where there are none.
+func cgroupModes(t *testing.T) []mode {
+	t.Helper()
+	var ms []mode
+	for _, m := range modes(t) {
+		if m.cgroup != "" {
+			ms = append(ms, m)
+		}
+	}
+	if len(ms) == 0 {
+		t.Skip("this process cannot make cgroups")
+	}
+	return ms
+}
+
 // TestSandboxCgroupHoldsWhatLeavesEverythingElse: a grandchild that leaves
 // its attempt's process group and session, outlives its parent (so it
 // descends from no process of the attempt) and execs with the attempt's
@@ -58,23 +72,11 @@ func findCgroupBase() (string, string) {
 // killed before the done report, in every mode.
 func TestSandboxCgroupHoldsWhatLeavesEverythingElse(t *testing.T) {
 	t.Parallel()
-	if cgroupTestBase() == "" {
-		t.Skip("this process cannot make cgroups")
-	}
-	for _, m := range modes(t) {
-		if m.cgroup == "" {
-			continue
-		}
+	for _, m := range cgroupModes(t) {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			bus := newFakeBus()
-			var child atomic.Int64
-			var leftAtDone atomic.Bool
-			bus.onReport = func(r ledger.Report) {
-				if r.Type == ledger.ReportDone {
-					leftAtDone.Store(alive(int(child.Load())))
-				}
-			}
+			done := watchDone(bus, "")
 			startSandboxed(t, m, bus, 1, nil)
 			bus.sendOrder(t, dispatchOrder("esc", 1, 1, "sh", "-c",
 				`setsid sh -c 'exec env -u GPUQ_SANDBOX sleep 300' & echo "child=$!"; sleep 0.5`))
@@ -82,12 +84,12 @@ func TestSandboxCgroupHoldsWhatLeavesEverythingElse(t *testing.T) {
 				t.Fatalf("report %+v, want started", r)
 			}
 			pid := childPid(t, bus, "esc")
-			child.Store(int64(pid))
+			done.pid.Store(int64(pid))
 			t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) }) // if the test fails
 			if r := bus.nextReport(t); r.Type != ledger.ReportDone {
 				t.Fatalf("report %+v, want done", r)
 			}
-			if leftAtDone.Load() {
+			if done.left.Load() {
 				t.Errorf("the escaped grandchild %d still ran when the done report was sent", pid)
 			}
 		})
@@ -138,8 +140,8 @@ func TestOwnCgroupHoldsThisProcess(t *testing.T) {
 // uid would have killed it.
 func TestSandboxCgroupPoolUIDLeftOutsideIsKilled(t *testing.T) {
 	t.Parallel()
-	for _, m := range modes(t) {
-		if m.cgroup == "" || m.uids.IsZero() {
+	for _, m := range cgroupModes(t) {
+		if m.uids.IsZero() {
 			continue
 		}
 		t.Run(m.name, func(t *testing.T) {
@@ -184,10 +186,7 @@ func TestSandboxCgroupPoolUIDLeftOutsideIsKilled(t *testing.T) {
 // given to the next attempt, which starts in a new one.
 func TestSandboxCgroupRemovedSpareIsNotHandedOut(t *testing.T) {
 	t.Parallel()
-	for _, m := range modes(t) {
-		if m.cgroup == "" {
-			continue
-		}
+	for _, m := range cgroupModes(t) {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			bus := newFakeBus()

@@ -126,24 +126,23 @@ func (c *Claims) Claim(a Attempt, n int) ([]Device, error) {
 // with a DeviceReader and a snapshot read before, a claim on a busy host
 // reads one device, not all (each read is six NVML calls, one of them the
 // device's process list). It reports false, having claimed nothing, when
-// it cannot: no DeviceReader or snapshot yet, a devices' UUID that is not
-// the snapshot's (the full read notes the new ones), a attempt that holds
-// GPUs already, or fewer than n free, which Claim's full read then says
-// why of.
+// it cannot: no DeviceReader or snapshot yet, a device whose UUID is not
+// the snapshot's (the full read notes the new ones), an attempt that holds
+// GPUs already (Claim returns those), or fewer than n free, which Claim's
+// full read then says why of.
 func (c *Claims) claimFew(a Attempt, n int) ([]Device, bool) {
 	dr, ok := c.gpu.(DeviceReader)
 	if !ok || n <= 0 {
 		return nil, false
 	}
 	c.mu.Lock()
+	if c.holdsLocked(a) {
+		c.mu.Unlock()
+		return nil, false
+	}
 	var cands []int
 	for i, u := range c.uuids {
-		h := c.holder[u]
-		if h == a {
-			c.mu.Unlock()
-			return nil, false // held already: Claim returns those
-		}
-		if h == (Attempt{}) && c.unhealthy[u] == "" {
+		if c.holder[u] == (Attempt{}) && c.unhealthy[u] == "" {
 			cands = append(cands, i)
 		}
 	}
@@ -178,15 +177,23 @@ func (c *Claims) claimFew(a Attempt, n int) ([]Device, bool) {
 			return nil, false
 		}
 	}
-	for _, h := range c.holder {
-		if h == a { // a claim of a's own meanwhile: Claim returns what it holds
-			return nil, false
-		}
+	if c.holdsLocked(a) { // a claim of a's own meanwhile
+		return nil, false
 	}
 	for _, d := range free {
 		c.holder[d.UUID] = a
 	}
 	return free, true
+}
+
+// holdsLocked reports whether a holds any GPU. Holds c.mu.
+func (c *Claims) holdsLocked(a Attempt) bool {
+	for _, h := range c.holder {
+		if h == a {
+			return true
+		}
+	}
+	return false
 }
 
 // noteUUIDs keeps each index's UUID as devs shows it. Holds c.mu.

@@ -301,6 +301,25 @@ func childPid(t *testing.T, bus *fakeBus, job string) int {
 	}
 }
 
+// doneWatch tells whether a process still ran when the done report of a
+// job was sent (see watchDone).
+type doneWatch struct {
+	pid  atomic.Int64
+	left atomic.Bool
+}
+
+// watchDone has bus look, as the done report of job ("" for any job) is
+// sent, whether the process later named with w.pid.Store is alive.
+func watchDone(bus *fakeBus, job string) *doneWatch {
+	w := &doneWatch{}
+	bus.onReport = func(r ledger.Report) {
+		if r.Type == ledger.ReportDone && (job == "" || r.Job == job) {
+			w.left.Store(alive(int(w.pid.Load())))
+		}
+	}
+	return w
+}
+
 // alive reports whether pid is a live process (a zombie is not).
 func alive(pid int) bool {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
@@ -321,13 +340,7 @@ func TestSandboxStopKillsTheWholeJob(t *testing.T) {
 			t.Run(m.name+"/"+how, func(t *testing.T) {
 				t.Parallel()
 				bus := newFakeBus()
-				var child atomic.Int64
-				var leftAtDone atomic.Bool
-				bus.onReport = func(r ledger.Report) {
-					if r.Type == ledger.ReportDone {
-						leftAtDone.Store(alive(int(child.Load())))
-					}
-				}
+				done := watchDone(bus, "")
 				startSandboxed(t, m, bus, 1, nil)
 				o := dispatchOrder("esc", 1, 1, escapee...)
 				if how == "walltime" {
@@ -338,14 +351,14 @@ func TestSandboxStopKillsTheWholeJob(t *testing.T) {
 					t.Fatalf("report %+v, want started", r)
 				}
 				pid := childPid(t, bus, "esc")
-				child.Store(int64(pid))
+				done.pid.Store(int64(pid))
 				if how == "cancel" {
 					bus.sendOrder(t, ledger.CancelOrder{Host: "h", Job: "esc", Account: "a", Attempt: 1})
 				}
 				if r := bus.nextReport(t); r.Type != ledger.ReportDone {
 					t.Fatalf("report %+v, want done", r)
 				}
-				if leftAtDone.Load() {
+				if done.left.Load() {
 					t.Errorf("the setsid grandchild %d still ran when the done report was sent", pid)
 				}
 			})
@@ -365,20 +378,14 @@ func TestSandboxSweepFindsAnEscapeeSeenBefore(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			bus := newFakeBus()
-			var child atomic.Int64
-			var leftAtDone atomic.Bool
-			bus.onReport = func(r ledger.Report) {
-				if r.Type == ledger.ReportDone && r.Job == "esc" {
-					leftAtDone.Store(alive(int(child.Load())))
-				}
-			}
+			done := watchDone(bus, "esc")
 			startSandboxed(t, m, bus, 2, nil)
 			bus.sendOrder(t, dispatchOrder("esc", 1, 1, "sh", "-c", `setsid sleep 300 & echo "child=$!"; sleep 2`))
 			if r := bus.nextReport(t); r.Type != ledger.ReportStarted {
 				t.Fatalf("report %+v, want started", r)
 			}
 			pid := childPid(t, bus, "esc")
-			child.Store(int64(pid))
+			done.pid.Store(int64(pid))
 			for i := range 3 {
 				_, out := runJob(t, bus, fmt.Sprintf("other-%d", i), "true")
 				if !alive(pid) {
@@ -392,7 +399,7 @@ func TestSandboxSweepFindsAnEscapeeSeenBefore(t *testing.T) {
 					if r.Job != "esc" || r.Type != ledger.ReportDone {
 						continue
 					}
-					if leftAtDone.Load() {
+					if done.left.Load() {
 						t.Errorf("the setsid grandchild %d still ran when the done report was sent", pid)
 						_ = syscall.Kill(pid, syscall.SIGKILL) // test teardown
 					}

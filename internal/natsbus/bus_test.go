@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/gpuq/gpuq/internal/natsbus"
 	"github.com/gpuq/gpuq/internal/natstest"
 	"github.com/gpuq/gpuq/subjects"
@@ -68,6 +70,13 @@ func TestCommandLogPullsAreHeartbeatedEverySecond(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fol.Stop()
+	wantPullHeartbeat(t, pulls, time.Second, 10*time.Second)
+}
+
+// wantPullHeartbeat reads the next pull request pulls sees and checks its
+// idle heartbeat and expiry.
+func wantPullHeartbeat(t *testing.T, pulls *nats.Subscription, heartbeat, expires time.Duration) {
+	t.Helper()
 	m, err := pulls.NextMsg(20 * time.Second)
 	if err != nil {
 		t.Fatalf("no pull request: %v", err)
@@ -79,7 +88,7 @@ func TestCommandLogPullsAreHeartbeatedEverySecond(t *testing.T) {
 	if err := json.Unmarshal(m.Data, &req); err != nil {
 		t.Fatalf("pull request %s: %v", m.Data, err)
 	}
-	if req.Heartbeat != time.Second || req.Expires != 10*time.Second {
-		t.Errorf("pull request %s: heartbeat %v, expiry %v; want 1s and 10s", m.Data, req.Heartbeat, req.Expires)
+	if req.Heartbeat != heartbeat || req.Expires != expires {
+		t.Errorf("pull request %s: heartbeat %v, expiry %v; want %v and %v", m.Data, req.Heartbeat, req.Expires, heartbeat, expires)
 	}
 }

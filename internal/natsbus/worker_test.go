@@ -6,7 +6,6 @@ package natsbus_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
@@ -404,20 +403,7 @@ func TestOrdersPullsAreHeartbeatedEverySecond(t *testing.T) {
 	octx, ocancel := context.WithCancel(ctx)
 	defer ocancel()
 	orders := wb.Orders(octx, func(error) {})
-	m, err := pulls.NextMsg(20 * time.Second)
-	if err != nil {
-		t.Fatalf("no pull request: %v", err)
-	}
-	var req struct {
-		Expires   time.Duration `json:"expires"`
-		Heartbeat time.Duration `json:"idle_heartbeat"`
-	}
-	if err := json.Unmarshal(m.Data, &req); err != nil {
-		t.Fatalf("pull request %s: %v", m.Data, err)
-	}
-	if req.Heartbeat != time.Second || req.Expires != 10*time.Second {
-		t.Errorf("pull request %s: heartbeat %v, expiry %v; want 1s and 10s", m.Data, req.Heartbeat, req.Expires)
-	}
+	wantPullHeartbeat(t, pulls, time.Second, 10*time.Second)
 	ocancel()
 	for range orders {
 	}
