@@ -32,7 +32,7 @@ func RunAttemptProcess(s Spec, stdout, stderr io.Writer) (Outcome, error) {
 	if s.Dir == "" {
 		s.Dir = j.dir
 	}
-	p, err := startProcess(sb, j, s, stdout, stderr, time.Second, slog.New(slog.DiscardHandler))
+	p, err := startProcess(sb, nil, j, s, stdout, stderr, time.Second, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return Outcome{}, err
 	}

@@ -116,7 +116,7 @@ func TestLeaderPidStaysTheAttemptsUntilSwept(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(t.Output(), nil))
-	p, err := startProcess(sb, j, Spec{Attempt: a, Command: []string{"true"}, Dir: j.dir}, io.Discard, io.Discard, time.Second, log)
+	p, err := startProcess(sb, nil, j, Spec{Attempt: a, Command: []string{"true"}, Dir: j.dir}, io.Discard, io.Discard, time.Second, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,12 +72,12 @@ type process struct {
 // startProcess starts s's command in its attempt's place j (see
 // sandbox.go) with its output going to stdout and stderr. The child runs in
 // a new process group, with an environment of its own (see jobEnv).
-func startProcess(sb *sandbox, j *jail, s Spec, stdout, stderr io.Writer, grace time.Duration, log *slog.Logger) (*process, error) {
-	p, err := startCommand(sb, j, s, stdout, stderr, grace, log, true)
+func startProcess(sb *sandbox, gos *goPool, j *jail, s Spec, stdout, stderr io.Writer, grace time.Duration, log *slog.Logger) (*process, error) {
+	p, err := startCommand(sb, gos, j, s, stdout, stderr, grace, log, true)
 	if err != nil && errors.Is(err, fs.ErrNotExist) {
 		// A program found in PATH a moment ago may have gone: look
 		// for it again.
-		p, err = startCommand(sb, j, s, stdout, stderr, grace, log, false)
+		p, err = startCommand(sb, gos, j, s, stdout, stderr, grace, log, false)
 	}
 	return p, err
 }
@@ -85,7 +85,7 @@ func startProcess(sb *sandbox, j *jail, s Spec, stdout, stderr io.Writer, grace 
 // startCommand starts the attempt's process with os.StartProcess: an
 // os/exec Cmd would copy and check its environment (a map per attempt) and
 // its files again, for what the worker has made already.
-func startCommand(sb *sandbox, j *jail, s Spec, stdout, stderr io.Writer, grace time.Duration, log *slog.Logger, cached bool) (*process, error) {
+func startCommand(sb *sandbox, gos *goPool, j *jail, s Spec, stdout, stderr io.Writer, grace time.Duration, log *slog.Logger, cached bool) (*process, error) {
 	path, err := lookPath(s.Command[0], cached)
 	if err != nil {
 		return nil, err
@@ -121,8 +121,8 @@ func startCommand(sb *sandbox, j *jail, s Spec, stdout, stderr io.Writer, grace 
 	}
 	p := &process{proc: proc, pid: proc.Pid, sb: sb, jail: j, log: log, start: time.Now(), done: make(chan struct{}), grace: grace,
 		outputs: []*os.File{outR, errR}, copied: make(chan struct{}, 2)}
-	go p.copyOutput(outR, stdout)
-	go p.copyOutput(errR, stderr)
+	gos.Go(func() { p.copyOutput(outR, stdout) })
+	gos.Go(func() { p.copyOutput(errR, stderr) })
 	return p, nil
 }
 

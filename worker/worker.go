@@ -223,6 +223,9 @@ type Worker struct {
 	drain   bool
 	wg      sync.WaitGroup
 	acks    sync.WaitGroup // acks of orders on their way
+	// gos runs the goroutines of each attempt (its run, its output
+	// copiers, its order's ack), kept from one attempt to the next.
+	gos *goPool
 }
 
 // attempt is one attempt from its started report until its done report is
@@ -273,7 +276,7 @@ func New(cfg Config) (*Worker, error) {
 		orders:     newOutage(log, "cannot read orders; retrying until the server answers (running jobs go on)", "reading orders again"),
 		records:    newOutage(log, "cannot read job records to confirm orders; retrying (no order starts unconfirmed)", "reading job records again"),
 		output:     newOutage(log, "job output not stored; dropping it until the server answers", "storing job output again"),
-		running:    map[Attempt]*attempt{}}, nil
+		running:    map[Attempt]*attempt{}, gos: newGoPool()}, nil
 }
 
 // Abort stops the worker at once: running jobs are killed without their
@@ -301,6 +304,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.log.Warn("close the record of started attempts", slog.Any("err", err))
 		}
 	}()
+	defer w.gos.close() // each attempt's goroutines have ended by then
 	// bg outlives ctx, so a draining worker can still report; an Abort
 	// gives reports in flight ReportTimeout more, then ends them too.
 	bg, stopBg := context.WithCancel(context.WithoutCancel(ctx))
@@ -586,14 +590,14 @@ func (w *Worker) handle(run, ctx context.Context, batch []Order) {
 // to be known by then.
 func (w *Worker) ack(ctx context.Context, o Order) {
 	w.acks.Add(1)
-	go func() {
+	w.gos.Go(func() {
 		defer w.acks.Done()
 		actx, cancel := context.WithTimeout(ctx, w.cfg.ReportTimeout)
 		defer cancel()
 		if err := o.Ack(actx); err != nil {
 			w.log.Warn("ack an order", slog.Any("err", err))
 		}
-	}()
+	})
 }
 
 // cancelOrder stops the attempt the order names if it runs here, whether
@@ -686,7 +690,7 @@ func (w *Worker) start(ctx context.Context, cs []*confirmed) []bool {
 		as[i] = c.a
 	}
 	recorded := make(chan error, 1)
-	go func() { recorded <- w.state.addAll(as, time.Now()) }()
+	w.gos.Go(func() { recorded <- w.state.addAll(as, time.Now()) })
 	jails := make([]*jail, len(cs))
 	perrs := make([]error, len(cs))
 	for i, c := range cs {
@@ -709,7 +713,11 @@ func (w *Worker) start(ctx context.Context, cs []*confirmed) []bool {
 		case len(rs) == 1:
 			stored[i] = w.report(ctx, w.startedReport(cs[i], r)) // alone: no goroutine of its own
 		default:
-			sent.Go(func() { stored[i] = w.report(ctx, w.startedReport(cs[i], r)) })
+			sent.Add(1)
+			w.gos.Go(func() {
+				defer sent.Done()
+				stored[i] = w.report(ctx, w.startedReport(cs[i], r))
+			})
 		}
 	}
 	sent.Wait()
@@ -790,7 +798,7 @@ func (w *Worker) launch(ctx context.Context, c *confirmed, r *attempt, stored bo
 	log.Debug("starting", slog.Any("gpu_uuid", r.spec.Devices))
 	w.metrics().AttemptStarted()
 	w.wg.Add(1)
-	go w.run(ctx, r)
+	w.gos.Go(func() { w.run(ctx, r) })
 	return true
 }
 
@@ -869,7 +877,7 @@ func (w *Worker) run(ctx context.Context, r *attempt) {
 	a := r.spec.Attempt
 	log := w.log.With(slog.String("job_id", a.Job), slog.Int("attempt", a.N))
 	out := newOutput(ctx, w, a, r.spec.Account)
-	proc, err := startProcess(w.jobs, r.jail, r.spec, out.stdout, out.stderr, w.cfg.KillGrace, log)
+	proc, err := startProcess(w.jobs, w.gos, r.jail, r.spec, out.stdout, out.stderr, w.cfg.KillGrace, log)
 	var o Outcome
 	if err != nil {
 		out.note(fmt.Sprintf("gpuq: cannot start %q: %v\n", r.spec.Command[0], err))
@@ -898,7 +906,7 @@ func (w *Worker) run(ctx context.Context, r *attempt) {
 			out.close(o) // the sweep reads one file: nothing to overlap
 			close(closed)
 		} else {
-			go func() { defer close(closed); out.close(o) }()
+			w.gos.Go(func() { defer close(closed); out.close(o) })
 		}
 		err := untilGone(ctx, w.leftovers, proc.sweep)
 		proc.reap()
