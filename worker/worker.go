@@ -26,7 +26,12 @@ type Order struct {
 	// the message could not be decoded, and then Err says why.
 	Effect ledger.Effect
 	Err    error
-	// Ack removes the order from the work queue, confirmed by the server.
+	// Ack tells the server the order is handled, without waiting for its
+	// answer. An ack that is lost leaves the order to come back after the
+	// consumer's ack wait; a dispatch that comes back is known by then
+	// (running here, or moved on in the job's record, or in this host's
+	// record of started attempts) and is acked again without running
+	// twice. Ack returns an error only when the ack could not be sent.
 	Ack func(ctx context.Context) error
 	// Term removes an order that can never be handled.
 	Term func(ctx context.Context, reason string) error
@@ -222,9 +227,8 @@ type Worker struct {
 	running map[Attempt]*attempt
 	drain   bool
 	wg      sync.WaitGroup
-	acks    sync.WaitGroup // acks of orders on their way
 	// gos runs the goroutines of each attempt (its run, its output
-	// copiers, its order's ack), kept from one attempt to the next.
+	// copiers, its record and reports), kept from one attempt to the next.
 	gos *goPool
 }
 
@@ -424,7 +428,6 @@ loop:
 	w.beat(bg)
 	w.drainJobs()
 	w.wg.Wait()
-	w.acks.Wait()
 	if err := w.jobs.close(); err != nil {
 		w.log.Warn("remove the job root", slog.Any("err", err))
 	}
@@ -585,19 +588,12 @@ func (w *Worker) handle(run, ctx context.Context, batch []Order) {
 	}
 }
 
-// ack acks o. The ack is confirmed by the server while the next order is
-// taken: nothing waits on it, and an order whose ack is lost comes back,
-// to be known by then.
+// ack acks o. Nothing waits for the server's answer: an order whose ack
+// is lost comes back, to be known by then (see Order.Ack).
 func (w *Worker) ack(ctx context.Context, o Order) {
-	w.acks.Add(1)
-	w.gos.Go(func() {
-		defer w.acks.Done()
-		actx, cancel := context.WithTimeout(ctx, w.cfg.ReportTimeout)
-		defer cancel()
-		if err := o.Ack(actx); err != nil {
-			w.log.Warn("ack an order", slog.Any("err", err))
-		}
-	})
+	if err := o.Ack(ctx); err != nil {
+		w.log.Warn("ack an order; it comes back after the ack wait", slog.Any("err", err))
+	}
 }
 
 // cancelOrder stops the attempt the order names if it runs here, whether

@@ -142,7 +142,10 @@ func (b *WorkerBus) readOrders(ctx context.Context, out chan<- worker.Order, los
 		bo.Reset()
 		eff, _, derr := wire.DecodeOrder(b.host, m.Data())
 		o := worker.Order{Effect: eff, Err: derr,
-			Ack:  func(ctx context.Context) error { return m.DoubleAck(ctx) },
+			// A plain ack: the worker does not wait for the server's
+			// answer (see worker.Order.Ack), which would cost it a
+			// round trip for each order.
+			Ack:  func(context.Context) error { return m.Ack() },
 			Term: func(ctx context.Context, reason string) error { return m.TermWithReason(reason) },
 		}
 		select {

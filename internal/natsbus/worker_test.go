@@ -105,6 +105,45 @@ func receive(ctx context.Context, t *testing.T, orders <-chan worker.Order, job 
 	}
 }
 
+// TestAckedOrderLeavesTheConsumer checks that an order's Ack, which does
+// not wait for the server's answer, reaches it: the host's consumer holds
+// no order pending ack or delivery once it is acked, and the order is not
+// delivered again.
+func TestAckedOrderLeavesTheConsumer(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Start(t).JetStream(t)
+	wb := newWorkerBus(t, js)
+	wb.AckWait = time.Second // an order whose ack were lost would come back within the test
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lost := make(lostLog, 64)
+	orders := wb.Orders(ctx, lost.lost)
+	lost.waitFor(t, false) // reading
+	order(ctx, t, js, "acked")
+	receive(ctx, t, orders, "acked")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ci, err := js.Consumer(ctx, subjects.Default.DispatchStream(), natsbus.ConsumerName("h1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := ci.CachedInfo()
+		if info.NumAckPending == 0 && info.NumPending == 0 && info.AckFloor.Consumer == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10s after the ack the consumer has %d pending ack, %d pending, ack floor %d; want 0, 0, 1",
+				info.NumAckPending, info.NumPending, info.AckFloor.Consumer)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case o := <-orders:
+		t.Fatalf("an acked order came back: %+v", o.Effect)
+	case <-time.After(2 * wb.AckWait):
+	}
+}
+
 // TestOrdersSurviveADeletedConsumer deletes the host's durable consumer
 // under its reader: the bus reports the failure, creates the consumer
 // again, and delivers the next order.
