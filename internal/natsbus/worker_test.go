@@ -105,6 +105,30 @@ func receive(ctx context.Context, t *testing.T, orders <-chan worker.Order, job 
 	}
 }
 
+// waitAcked waits until h1's consumer has every order it delivered acked,
+// up to its acked-th: an order's Ack does not wait for the server (see
+// worker.Order.Ack), so a test that next deletes the consumer or stops
+// the server waits for it here.
+func waitAcked(ctx context.Context, t *testing.T, js jetstream.JetStream, acked uint64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := js.Consumer(ctx, subjects.Default.DispatchStream(), natsbus.ConsumerName("h1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := c.CachedInfo()
+		if info.NumAckPending == 0 && info.NumPending == 0 && info.AckFloor.Consumer == acked {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10s after the ack the consumer has %d pending ack, %d pending, ack floor %d; want 0, 0, %d",
+				info.NumAckPending, info.NumPending, info.AckFloor.Consumer, acked)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // TestAckedOrderLeavesTheConsumer checks that an order's Ack, which does
 // not wait for the server's answer, reaches it: the host's consumer holds
 // no order pending ack or delivery once it is acked, and the order is not
@@ -121,22 +145,7 @@ func TestAckedOrderLeavesTheConsumer(t *testing.T) {
 	lost.waitFor(t, false) // reading
 	order(ctx, t, js, "acked")
 	receive(ctx, t, orders, "acked")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ci, err := js.Consumer(ctx, subjects.Default.DispatchStream(), natsbus.ConsumerName("h1"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		info := ci.CachedInfo()
-		if info.NumAckPending == 0 && info.NumPending == 0 && info.AckFloor.Consumer == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("10s after the ack the consumer has %d pending ack, %d pending, ack floor %d; want 0, 0, 1",
-				info.NumAckPending, info.NumPending, info.AckFloor.Consumer)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitAcked(ctx, t, js, 1)
 	select {
 	case o := <-orders:
 		t.Fatalf("an acked order came back: %+v", o.Effect)
@@ -158,6 +167,7 @@ func TestOrdersSurviveADeletedConsumer(t *testing.T) {
 	lost.waitFor(t, false) // reading
 	order(ctx, t, js, "before")
 	receive(ctx, t, orders, "before")
+	waitAcked(ctx, t, js, 1) // or "before" comes back to the next consumer
 
 	if err := js.DeleteConsumer(ctx, subjects.Default.DispatchStream(), natsbus.ConsumerName("h1")); err != nil {
 		t.Fatal(err)
@@ -261,6 +271,7 @@ func TestBusSurvivesAServerRestart(t *testing.T) {
 	lost.waitFor(t, false)
 	order(ctx, t, js, "before")
 	receive(ctx, t, orders, "before")
+	waitAcked(ctx, t, js, 1) // or "before" comes back to the next consumer
 
 	ns.Stop()
 	short, stop := context.WithTimeout(ctx, 500*time.Millisecond)
