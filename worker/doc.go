@@ -61,8 +61,10 @@
 // for a while; while the server cannot be reached the read is retried, and
 // no order starts unconfirmed. Then the worker claims, records the attempt
 // on local disk, reports started (retrying until the server has stored
-// it), sets the process starting on its own goroutine, and then acks the
-// order (taking the next order while the server confirms the ack). The
+// it), sets the process starting on a goroutine of its own (kept from
+// attempt to attempt), and then acks the order, without waiting for the
+// server's answer: an ack that is lost brings the order back after the
+// consumer's ack wait, and it is known then (see below). The
 // record of the attempt is one line appended to a file in the state
 // directory and flushed to disk, made while the attempt's directory is;
 // dispatches that wait together (of distinct jobs, up to any other order)
