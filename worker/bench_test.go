@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -120,7 +122,13 @@ func benchWorker(b *testing.B, started int, jobRoot, cgroup string) {
 			b.Errorf("Run = %v", err)
 		}
 	}()
-	// A first round brings the worker up (its consumer, its first reads).
+	measureJobs(b, drv)
+}
+
+// measureJobs has the driver run a first round, which brings the worker
+// up (its consumer, its first reads), then b.N jobs, and reports what
+// they cost.
+func measureJobs(b *testing.B, drv *driver) {
 	drv.run(b, 8)
 
 	self0, child0 := rusage(syscall.RUSAGE_SELF), rusage(syscall.RUSAGE_CHILDREN)
@@ -138,7 +146,158 @@ func benchWorker(b *testing.B, started int, jobRoot, cgroup string) {
 	// The worker's CPU over its jobs' own: the VM's speed changes from
 	// minute to minute, and both move with it, so this is the figure to
 	// compare across runs.
-	b.ReportMetric(float64(self)/float64(child), "worker/child")
+	if child > 0 {
+		b.ReportMetric(float64(self)/float64(child), "worker/child")
+	}
+}
+
+// BenchmarkWorkerFloor runs BenchmarkWorkerPerJob's jobs, driver and
+// measures on the least a worker must do for each job to speak the wire
+// as gpuq's does, through the same bus (natsbus.WorkerBus): read the
+// order, read the job's record, store the started report, ack, start
+// `true` with its two output pipes read to their end, wait for it, store
+// the end marker and the done report. It keeps no record of started
+// attempts, claims no GPU, makes no directory or cgroup, sweeps nothing,
+// confirms nothing and retries nothing: it is no worker anyone should run,
+// and its CPU per job is the floor under gpuq's worker on this machine,
+// measured by the same rusage, so "worker/child" of the two can be put side
+// by side. What BenchmarkWorkerPerJob costs beyond it is what the worker's
+// safety and bookkeeping cost. "exec" runs each job's command; "wire" runs
+// nothing and reports each job exited 0 at once, which leaves what the
+// wire alone costs.
+func BenchmarkWorkerFloor(b *testing.B) {
+	b.Run("exec", func(b *testing.B) { benchFloor(b, runFloor) })
+	b.Run("wire", func(b *testing.B) {
+		benchFloor(b, func([]string) (int, time.Duration, error) { return 0, 0, nil })
+	})
+}
+
+// benchFloor runs BenchmarkWorkerFloor with each job run by run.
+func benchFloor(b *testing.B, run func(command []string) (code int, runtime time.Duration, err error)) {
+	drv := startDriver(b)
+	nc, err := nats.Connect(drv.url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bus, err := natsbus.NewWorkerBus(js, subjects.Default, "h1", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	failed := make(chan error, 1)
+	fail := func(err error) {
+		if ctx.Err() != nil {
+			return // the benchmark is over: a report stored may not have its answer yet
+		}
+		select {
+		case failed <- err:
+		default:
+		}
+	}
+	var jobs sync.WaitGroup
+	orders := bus.Orders(ctx, func(error) {})
+	loop := make(chan struct{})
+	go func() {
+		defer close(loop)
+		for o := range orders {
+			d, ok := o.Effect.(ledger.DispatchOrder)
+			if !ok {
+				fail(fmt.Errorf("order %+v (%v)", o.Effect, o.Err))
+				continue
+			}
+			if j, err := bus.Job(ctx, d.Job); err != nil || j == nil || j.Attempt != d.Attempt {
+				fail(fmt.Errorf("record of %s: %+v, %v", d.Job, j, err))
+				continue
+			}
+			r := ledger.Report{Host: "h1", Job: d.Job, Attempt: d.Attempt}
+			started := r
+			started.Type, started.Devices, started.Model = ledger.ReportStarted, []string{"GPU-floor"}, "floor"
+			if err := bus.Report(ctx, started); err != nil {
+				fail(err)
+				continue
+			}
+			if err := o.Ack(ctx); err != nil {
+				fail(err)
+			}
+			jobs.Go(func() {
+				code, runtime, err := run(d.Command)
+				if err != nil {
+					fail(err)
+					return
+				}
+				end := fmt.Sprintf("exit %d after %v", code, runtime.Round(time.Millisecond))
+				if err := bus.Log(ctx, wire.LogChunk{Account: d.Account, Job: d.Job, Host: "h1", Attempt: d.Attempt, Seq: 1,
+					End: end, Data: []byte("gpuq: " + end + "\n")}); err != nil {
+					fail(err)
+				}
+				r.Type, r.ExitCode, r.Runtime = ledger.ReportDone, code, runtime
+				if err := bus.Report(ctx, r); err != nil {
+					fail(err)
+				}
+			})
+		}
+	}()
+	defer func() {
+		cancel()
+		<-loop // orders closes once ctx ends
+		jobs.Wait()
+		select {
+		case err := <-failed:
+			b.Error(err)
+		default:
+		}
+	}()
+	measureJobs(b, drv)
+}
+
+// runFloor starts command with its output on two pipes, reads both to
+// their end, and waits for it: the least a worker does to run a job and
+// stream its output.
+func runFloor(command []string) (int, time.Duration, error) {
+	path, err := exec.LookPath(command[0])
+	if err != nil {
+		return 0, 0, err
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer null.Close()
+	var rs, ws [2]*os.File
+	for i := range 2 {
+		if rs[i], ws[i], err = os.Pipe(); err != nil {
+			for _, f := range append(rs[:i], ws[:i]...) {
+				_ = f.Close() // unused
+			}
+			return 0, 0, err
+		}
+	}
+	start := time.Now()
+	p, err := os.StartProcess(path, command, &os.ProcAttr{Files: []*os.File{null, ws[0], ws[1]}})
+	for i := range 2 {
+		_ = ws[i].Close() // the child's copy is the one written
+	}
+	if err != nil {
+		return 0, 0, errors.Join(err, rs[0].Close(), rs[1].Close())
+	}
+	var copied sync.WaitGroup
+	for _, r := range rs {
+		copied.Go(func() {
+			_, _ = io.Copy(io.Discard, r) // what a worker would stream
+			_ = r.Close()                 // read to its end
+		})
+	}
+	ps, err := p.Wait()
+	copied.Wait()
+	if err != nil {
+		return 0, 0, err
+	}
+	return ps.ExitCode(), time.Since(start), nil
 }
 
 // seedStarted writes a record of n attempts started in the last days, of
