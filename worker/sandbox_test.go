@@ -429,7 +429,10 @@ func TestSandboxLeftoversOfAKilledWorker(t *testing.T) {
 			state, jobs := sandboxDirs(t, m)
 			cmd := exec.Command(exe, "-test.run=^TestSandboxHelperWorker$", "-test.count=1")
 			cmd.Env = append(os.Environ(), "GPUQ_TEST_HELPER=worker", "GPUQ_TEST_STATE="+state, "GPUQ_TEST_JOBS="+jobs,
-				"GPUQ_TEST_UIDS="+m.uids.String(), "GPUQ_TEST_CGROUP="+m.cgroup)
+				"GPUQ_TEST_UIDS="+m.uids.String(), "GPUQ_TEST_CGROUP="+m.cgroup,
+				// Killed, the helper cannot remove its own t.TempDir:
+				// it makes it in one this test removes.
+				"TMPDIR="+t.TempDir())
 			cmd.Stderr = t.Output()
 			stdout, err := cmd.StdoutPipe()
 			if err != nil {
