@@ -40,23 +40,33 @@ type LogOptions struct {
 	// Attempt is the attempt to read; 0 for the job's latest.
 	Attempt int
 	// Follow waits for more output until the attempt ends (its end
-	// marker), rather than ending with the output stored so far.
+	// marker, or its end in the job's record), rather than ending with
+	// the output stored so far.
 	Follow bool
 }
 
 // logIdle is how long a read that does not follow waits for the output
-// stored so far; logPoll how long one pull of a follow waits.
+// stored so far; logPoll how long one pull of a follow waits before it
+// reads the job's record again, to see whether the attempt has ended.
 const (
 	logIdle = 500 * time.Millisecond
-	logPoll = 5 * time.Second
+	logPoll = time.Second
 )
 
 // Logs reads the output of one attempt of job j (its record, from
 // [Client.Job] or [Client.Lookup]), oldest first, ending with the attempt's
-// end marker (a chunk with End set) once the worker has sent it. Without
-// Follow it ends with the output stored so far; with Follow it waits until
-// the end marker or the end of ctx (which ends the sequence without an
-// error).
+// end marker (a chunk with End set) once it has ended. Without Follow it
+// ends with the output stored so far; with Follow it waits until the end
+// marker or the end of ctx (which ends the sequence without an error).
+//
+// A worker sends no end marker for an attempt that wrote nothing and
+// exited on its own, and none reaches the stream from a worker that died
+// first: once the job's record says the attempt ended and every chunk
+// stored is read, Logs yields an end marker of its own, made from the
+// record ("exit 0 after 2ms" for the job's last attempt; what the record
+// says of an earlier one, such as "attempt 1 on h1 lost: …"). Without Follow the record is
+// j; with Follow it is read again after each pull that finds nothing
+// new.
 //
 // Only chunks from the host the attempt ran on are read: another host's
 // worker can publish chunks that name this job, but only under its own
@@ -90,8 +100,18 @@ func (c *Client) Logs(ctx context.Context, j *ledger.Job, o LogOptions) iter.Seq
 		if o.Follow {
 			wait = logPoll
 		}
+		// Once the record says the attempt ended, what is stored is all
+		// there is: it is read without waiting for more.
+		rec := j
+		_, ended := attemptEnd(rec, want)
+		seq := 0 // the last chunk of the attempt read
 		for {
-			batch, err := cons.Fetch(256, jetstream.FetchMaxWait(wait))
+			var batch jetstream.MessageBatch
+			if ended {
+				batch, err = cons.FetchNoWait(256)
+			} else {
+				batch, err = cons.Fetch(256, jetstream.FetchMaxWait(wait))
+			}
 			if err != nil {
 				if ctx.Err() == nil {
 					yield(wire.LogChunk{}, fmt.Errorf("read the output of job %s: %w", j.ID, err))
@@ -111,6 +131,7 @@ func (c *Client) Logs(ctx context.Context, j *ledger.Job, o LogOptions) iter.Seq
 				if ch.Attempt != want {
 					continue
 				}
+				seq = max(seq, ch.Seq)
 				if !yield(ch, nil) || ch.End != "" {
 					return
 				}
@@ -119,9 +140,50 @@ func (c *Client) Logs(ctx context.Context, j *ledger.Job, o LogOptions) iter.Seq
 				yield(wire.LogChunk{}, fmt.Errorf("read the output of job %s: %w", j.ID, err))
 				return
 			}
-			if got == 0 && !o.Follow || ctx.Err() != nil {
-				return // everything stored so far is read; the attempt is still running
+			if ctx.Err() != nil {
+				return
 			}
+			if got > 0 {
+				continue
+			}
+			// Everything stored so far is read, and no end marker.
+			if !ended && o.Follow {
+				if rec, _, err = c.Lookup(ctx, j.Account, j.ID); err != nil {
+					if ctx.Err() == nil {
+						yield(wire.LogChunk{}, fmt.Errorf("read the record of job %s: %w", j.ID, err))
+					}
+					return
+				}
+				_, ended = attemptEnd(rec, want) // then what was stored before is read once more
+				continue
+			}
+			if end, ok := attemptEnd(rec, want); ok {
+				yield(wire.LogChunk{Account: j.Account, Job: j.ID, Host: host, Attempt: want, Seq: seq + 1,
+					End: end, Data: []byte("gpuq: " + end + "\n")}, nil)
+			}
+			return // or the attempt is still running
 		}
 	}
+}
+
+// attemptEnd says how attempt n of j ended, in the words of a worker's end
+// marker, as far as j's record tells, and whether it has ended. An attempt
+// that exited on its own is the job's last, whose exit code and runtime
+// the record keeps; an earlier one has its message or its outcome.
+func attemptEnd(j *ledger.Job, n int) (string, bool) {
+	for _, a := range j.Attempts() {
+		if a.N != n {
+			continue
+		}
+		switch code := j.ExitCode(); {
+		case n == j.Attempt && code != nil:
+			return fmt.Sprintf("exit %d after %v", *code, time.Duration(j.RuntimeMS())*time.Millisecond), true
+		case a.Message != "":
+			return a.Message, true // such as "attempt 1 on h1 lost: …"
+		case a.Outcome == ledger.StatePending:
+			return "requeued", true
+		}
+		return string(a.Outcome), true
+	}
+	return "", false
 }

@@ -378,3 +378,87 @@ func TestReads(t *testing.T) {
 		}
 	})
 }
+
+// TestLogsOfAJobThatWroteNothing: the worker stores no end marker for an
+// attempt that wrote nothing and exited on its own; Logs ends its output
+// with one made from the job's record, read or followed, and a follower
+// of such an attempt while it runs ends once the record says it ended.
+func TestLogsOfAJobThatWroteNothing(t *testing.T) {
+	f := newFixture(t)
+	f.run(t, "vision", "quiet", 10, "true")
+	f.run(t, "vision", "quiet-fail", 10, "false")
+	st, err := f.in.js.Stream(f.ctx, subjects.Default.LogsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, code := range map[string]int{"quiet": 0, "quiet-fail": 1} {
+		if m, err := st.GetLastMsgForSubject(f.ctx, subjects.Default.Log("vision", id, "sim-1")); !errors.Is(err, jetstream.ErrMsgNotFound) {
+			t.Errorf("%s wrote nothing, yet its output subject holds %+v (%v)", id, m, err)
+		}
+		j, err := f.c.Job(f.ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, follow := range []bool{false, true} {
+			got := readLogs(t, f, j, follow)
+			if len(got) != 1 || !endOf(got[0], code) || got[0].Seq != 1 || got[0].Attempt != 1 || got[0].Host != "sim-1" {
+				t.Errorf("%s, follow %v: %+v; want one end marker saying it exited %d", id, follow, got, code)
+			}
+		}
+	}
+
+	// A follower that starts while the attempt runs.
+	ev, err := f.c.Submit(f.ctx, ledger.Submit{Account: "vision", ID: "sleeper", GPUs: 1, Cost: 10, Walltime: time.Minute,
+		Command: []string{"sleep", "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var j *ledger.Job
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if j, err = f.c.Job(f.ctx, "sleeper"); err != nil {
+			t.Fatal(err)
+		}
+		if j.State == ledger.StateRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sleeper is %s after 20s, want running", j.State)
+		}
+	}
+	got := readLogs(t, f, j, true)
+	if _, err := f.c.Wait(f.ctx, "vision", "sleeper", ev.Seq); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || !endOf(got[0], 0) || !strings.HasPrefix(got[0].End, "exit 0 after 1") {
+		t.Errorf("following sleeper while it ran: %+v; want one end marker saying it exited 0 after about 1s", got)
+	}
+	// Reading it without following while it runs ends with nothing.
+	if got := readLogs(t, f, j, false); len(got) != 0 {
+		t.Errorf("sleeper's output read from its record as running: %+v, want none", got)
+	}
+}
+
+// readLogs reads attempt 1 of j's output through Logs, within 30s.
+func readLogs(t *testing.T, f *fixture, j *ledger.Job, follow bool) []wire.LogChunk {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(f.ctx, 30*time.Second)
+	defer cancel()
+	var got []wire.LogChunk
+	for ch, err := range f.c.Logs(ctx, j, client.LogOptions{Attempt: 1, Follow: follow}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ch)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("reading %s's output (follow %v) did not end within 30s: %d chunks", j.ID, follow, len(got))
+	}
+	return got
+}
+
+// endOf reports whether c is an end marker saying its attempt exited with
+// code.
+func endOf(c wire.LogChunk, code int) bool {
+	prefix := fmt.Sprintf("exit %d after ", code)
+	return strings.HasPrefix(c.End, prefix) && string(c.Data) == "gpuq: "+c.End+"\n" && c.Stream == ""
+}

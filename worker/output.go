@@ -11,7 +11,11 @@ import (
 
 // output streams one attempt's stdout and stderr to
 // gpuq.log.<account>.<job>.<host> in chunks, numbered in the order they are sent, with a cap on the bytes kept
-// and an end marker that says how the attempt ended.
+// and an end marker that says how the attempt ended. An attempt that wrote
+// nothing and exited on its own sends no end marker: how it ended is in
+// the job's record (its exit code and runtime), where readers take it
+// from (see client.Logs), and a marker would be a stored message for
+// every such job that says only that.
 type output struct {
 	w *Worker
 	// ctx bounds the sends. It is kept here because Write, being
@@ -99,7 +103,8 @@ func (o *output) note(line string) {
 	}
 }
 
-// close stops the flusher, sends what is buffered and then the end marker.
+// close stops the flusher, sends what is buffered and then the end marker,
+// unless the attempt sent nothing and exited on its own (see output).
 func (o *output) close(out Outcome) {
 	close(o.stop)
 	o.mu.Lock()
@@ -113,6 +118,9 @@ func (o *output) close(out Outcome) {
 	o.stdout.flushLocked()
 	o.stderr.flushLocked()
 	o.closed = true
+	if o.seq == 0 && out.Stopped == "" && !out.Infra {
+		return // the job's record says how it ended
+	}
 	o.sendLocked(wire.LogChunk{End: out.describe(), Truncated: o.trunc, Dropped: o.drop,
 		Data: []byte("gpuq: " + out.describe() + "\n")})
 }

@@ -129,6 +129,43 @@ func TestOutputEndSaysHowMuchWasDropped(t *testing.T) {
 	}
 }
 
+// TestOutputEndMarkerOnlyWhereTheRecordCannotSay: an attempt that wrote
+// nothing and exited on its own sends no chunk at all (its record says how
+// it ended); one that wrote something, or that the worker stopped, ends
+// with an end marker.
+func TestOutputEndMarkerOnlyWhereTheRecordCannotSay(t *testing.T) {
+	t.Parallel()
+	log := slog.New(slog.NewTextHandler(t.Output(), nil))
+	for _, c := range []struct {
+		name   string
+		write  string
+		out    Outcome
+		chunks int
+		end    string
+	}{
+		{"silent", "", Outcome{ExitCode: 1, Runtime: time.Second}, 0, ""},
+		{"wrote", "x", Outcome{Runtime: time.Second}, 2, "exit 0 after 1s"},
+		{"silent, stopped", "", Outcome{ExitCode: 143, Runtime: time.Second, Stopped: "walltime"}, 1, "exit 143 after 1s (stopped: walltime)"},
+		{"silent, infra", "", Outcome{ExitCode: 137, Runtime: time.Second, Stopped: "GPU unhealthy", Infra: true}, 1,
+			"exit 137 after 1s (stopped: GPU unhealthy)"},
+	} {
+		bus := newFakeBus()
+		w := &Worker{cfg: Config{Host: "h1", Bus: bus, LogFlush: time.Hour, LogChunkBytes: 4, MaxLogBytes: 10},
+			log: log, output: newOutage(log, "output down", "output up")}
+		o := newOutput(t.Context(), w, Attempt{Job: "j", N: 1}, "acct")
+		if c.write != "" {
+			if _, err := o.stdout.Write([]byte(c.write)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		o.close(c.out)
+		_, chunks := bus.recorded()
+		if len(chunks) != c.chunks || c.chunks > 0 && chunks[len(chunks)-1].End != c.end {
+			t.Errorf("%s: chunks %+v, want %d ending with the end marker %q", c.name, chunks, c.chunks, c.end)
+		}
+	}
+}
+
 // TestOutputOfALingeringGrandchild: a job that exits while a process it
 // left holds its output pipes open (and goes on writing) ends within the
 // output delay, not when that process ends: what was written before it
