@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -156,7 +157,8 @@ func measureJobs(b *testing.B, drv *driver) {
 // as gpuq's does, through the same bus (natsbus.WorkerBus): read the
 // order, read the job's record, store the started report, ack, start
 // `true` with its two output pipes read to their end, wait for it, store
-// the end marker and the done report. It keeps no record of started
+// the end marker if it wrote anything (`true` does not), and the done
+// report. It keeps no record of started
 // attempts, claims no GPU, makes no directory or cgroup, sweeps nothing,
 // confirms nothing and retries nothing: it is no worker anyone should run,
 // and its CPU per job is the floor under gpuq's worker on this machine,
@@ -168,12 +170,13 @@ func measureJobs(b *testing.B, drv *driver) {
 func BenchmarkWorkerFloor(b *testing.B) {
 	b.Run("exec", func(b *testing.B) { benchFloor(b, runFloor) })
 	b.Run("wire", func(b *testing.B) {
-		benchFloor(b, func([]string) (int, time.Duration, error) { return 0, 0, nil })
+		benchFloor(b, func([]string) (int, time.Duration, int64, error) { return 0, 0, 0, nil })
 	})
 }
 
-// benchFloor runs BenchmarkWorkerFloor with each job run by run.
-func benchFloor(b *testing.B, run func(command []string) (code int, runtime time.Duration, err error)) {
+// benchFloor runs BenchmarkWorkerFloor with each job run by run, which
+// also says how many bytes it wrote.
+func benchFloor(b *testing.B, run func(command []string) (code int, runtime time.Duration, wrote int64, err error)) {
 	drv := startDriver(b)
 	nc, err := nats.Connect(drv.url)
 	if err != nil {
@@ -225,15 +228,17 @@ func benchFloor(b *testing.B, run func(command []string) (code int, runtime time
 				fail(err)
 			}
 			jobs.Go(func() {
-				code, runtime, err := run(d.Command)
+				code, runtime, wrote, err := run(d.Command)
 				if err != nil {
 					fail(err)
 					return
 				}
-				end := fmt.Sprintf("exit %d after %v", code, runtime.Round(time.Millisecond))
-				if err := bus.Log(ctx, wire.LogChunk{Account: d.Account, Job: d.Job, Host: "h1", Attempt: d.Attempt, Seq: 1,
-					End: end, Data: []byte("gpuq: " + end + "\n")}); err != nil {
-					fail(err)
+				if wrote > 0 { // else the record says how it ended
+					end := fmt.Sprintf("exit %d after %v", code, runtime.Round(time.Millisecond))
+					if err := bus.Log(ctx, wire.LogChunk{Account: d.Account, Job: d.Job, Host: "h1", Attempt: d.Attempt, Seq: 1,
+						End: end, Data: []byte("gpuq: " + end + "\n")}); err != nil {
+						fail(err)
+					}
 				}
 				r.Type, r.ExitCode, r.Runtime = ledger.ReportDone, code, runtime
 				if err := bus.Report(ctx, r); err != nil {
@@ -257,15 +262,15 @@ func benchFloor(b *testing.B, run func(command []string) (code int, runtime time
 
 // runFloor starts command with its output on two pipes, reads both to
 // their end, and waits for it: the least a worker does to run a job and
-// stream its output.
-func runFloor(command []string) (int, time.Duration, error) {
+// stream its output. It returns how many bytes the job wrote.
+func runFloor(command []string) (int, time.Duration, int64, error) {
 	path, err := exec.LookPath(command[0])
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	null, err := os.Open(os.DevNull)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	defer null.Close()
 	var rs, ws [2]*os.File
@@ -274,7 +279,7 @@ func runFloor(command []string) (int, time.Duration, error) {
 			for _, f := range append(rs[:i], ws[:i]...) {
 				_ = f.Close() // unused
 			}
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 	}
 	start := time.Now()
@@ -283,21 +288,23 @@ func runFloor(command []string) (int, time.Duration, error) {
 		_ = ws[i].Close() // the child's copy is the one written
 	}
 	if err != nil {
-		return 0, 0, errors.Join(err, rs[0].Close(), rs[1].Close())
+		return 0, 0, 0, errors.Join(err, rs[0].Close(), rs[1].Close())
 	}
 	var copied sync.WaitGroup
+	var wrote atomic.Int64
 	for _, r := range rs {
 		copied.Go(func() {
-			_, _ = io.Copy(io.Discard, r) // what a worker would stream
-			_ = r.Close()                 // read to its end
+			n, _ := io.Copy(io.Discard, r) // what a worker would stream
+			wrote.Add(n)
+			_ = r.Close() // read to its end
 		})
 	}
 	ps, err := p.Wait()
 	copied.Wait()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	return ps.ExitCode(), time.Since(start), nil
+	return ps.ExitCode(), time.Since(start), wrote.Load(), nil
 }
 
 // seedStarted writes a record of n attempts started in the last days, of
