@@ -46,11 +46,15 @@ type LogOptions struct {
 }
 
 // logIdle is how long a read that does not follow waits for the output
-// stored so far; logPoll how long one pull of a follow waits before it
-// reads the job's record again, to see whether the attempt has ended.
+// stored so far. A follow's pull waits from logPollMin, doubling up to
+// logPollMax while pulls find nothing, before it reads the job's record
+// again to see whether the attempt has ended: a short quiet job's end
+// shows within a second or so, and a long quiet one costs a pull (each a
+// consumer made anew) and a read of the record every logPollMax.
 const (
-	logIdle = 500 * time.Millisecond
-	logPoll = time.Second
+	logIdle    = 500 * time.Millisecond
+	logPollMin = time.Second
+	logPollMax = 5 * time.Second
 )
 
 // Logs reads the output of one attempt of job j (its record, from
@@ -63,10 +67,14 @@ const (
 // exited on its own, and none reaches the stream from a worker that died
 // first: once the job's record says the attempt ended and every chunk
 // stored is read, Logs yields an end marker of its own, made from the
-// record ("exit 0 after 2ms" for the job's last attempt; what the record
-// says of an earlier one, such as "attempt 1 on h1 lost: …"). Without Follow the record is
-// j; with Follow it is read again after each pull that finds nothing
-// new.
+// record: "exit 0 after 2ms" for the job's last attempt (its runtime as
+// the record keeps it, in whole milliseconds), what the record says of an
+// earlier one, such as "attempt 1 on h1 lost: …". Without Follow the
+// record is j; with Follow it is read again after each pull that finds
+// nothing new, and a read that fails is tried again at the next. An
+// attempt the scheduler declared lost may still have a worker that stores
+// output after the record ended it: a read after that shows it, after the
+// marker made from the record.
 //
 // Only chunks from the host the attempt ran on are read: another host's
 // worker can publish chunks that name this job, but only under its own
@@ -98,7 +106,7 @@ func (c *Client) Logs(ctx context.Context, j *ledger.Job, o LogOptions) iter.Seq
 		}
 		wait := logIdle
 		if o.Follow {
-			wait = logPoll
+			wait = logPollMin
 		}
 		// Once the record says the attempt ended, what is stored is all
 		// there is: it is read without waiting for more.
@@ -144,17 +152,21 @@ func (c *Client) Logs(ctx context.Context, j *ledger.Job, o LogOptions) iter.Seq
 				return
 			}
 			if got > 0 {
+				if o.Follow {
+					wait = logPollMin
+				}
 				continue
 			}
 			// Everything stored so far is read, and no end marker.
 			if !ended && o.Follow {
-				if rec, _, err = c.Lookup(ctx, j.Account, j.ID); err != nil {
-					if ctx.Err() == nil {
-						yield(wire.LogChunk{}, fmt.Errorf("read the record of job %s: %w", j.ID, err))
-					}
-					return
+				// A record that cannot be read now (the server away) is
+				// read again after the next pull, which says why it
+				// fails if it does.
+				if r, _, err := c.Lookup(ctx, j.Account, j.ID); err == nil {
+					rec = r
+					_, ended = attemptEnd(rec, want) // then what was stored before is read once more
 				}
-				_, ended = attemptEnd(rec, want) // then what was stored before is read once more
+				wait = min(2*wait, logPollMax)
 				continue
 			}
 			if end, ok := attemptEnd(rec, want); ok {
