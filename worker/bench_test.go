@@ -91,20 +91,7 @@ func benchWorker(b *testing.B, started int, jobRoot, cgroup string) {
 		b.Skipf("no mock GPUs: %v", err) // a build without cgo
 	}
 	defer func() { _ = gpu.Close() }() // the benchmark is over
-	drv := startDriver(b)
-	nc, err := nats.Connect(drv.url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	bus, err := natsbus.NewWorkerBus(js, subjects.Default, "h1", nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	drv, bus := startDriverBus(b)
 	state := b.TempDir()
 	if started > 0 {
 		seedStarted(b, bus, state, started)
@@ -177,20 +164,7 @@ func BenchmarkWorkerFloor(b *testing.B) {
 // benchFloor runs BenchmarkWorkerFloor with each job run by run, which
 // also says how many bytes it wrote.
 func benchFloor(b *testing.B, run func(command []string) (code int, runtime time.Duration, wrote int64, err error)) {
-	drv := startDriver(b)
-	nc, err := nats.Connect(drv.url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	bus, err := natsbus.NewWorkerBus(js, subjects.Default, "h1", nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	drv, bus := startDriverBus(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	failed := make(chan error, 1)
 	fail := func(err error) {
@@ -305,6 +279,27 @@ func runFloor(command []string) (int, time.Duration, int64, error) {
 		return 0, 0, 0, err
 	}
 	return ps.ExitCode(), time.Since(start), wrote.Load(), nil
+}
+
+// startDriverBus starts the driver and returns it with host h1's bus on a
+// connection to its server, closed when the benchmark ends.
+func startDriverBus(b *testing.B) (*driver, *natsbus.WorkerBus) {
+	b.Helper()
+	drv := startDriver(b)
+	nc, err := nats.Connect(drv.url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bus, err := natsbus.NewWorkerBus(js, subjects.Default, "h1", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return drv, bus
 }
 
 // seedStarted writes a record of n attempts started in the last days, of

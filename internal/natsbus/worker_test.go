@@ -45,6 +45,15 @@ func newWorkerBus(t *testing.T, js jetstream.JetStream) *natsbus.WorkerBus {
 	return wb
 }
 
+// readOrders starts wb's Orders until ctx ends, and waits until it reads.
+func readOrders(ctx context.Context, t *testing.T, wb *natsbus.WorkerBus) (<-chan worker.Order, lostLog) {
+	t.Helper()
+	lost := make(lostLog, 64)
+	orders := wb.Orders(ctx, lost.lost)
+	lost.waitFor(t, false) // reading
+	return orders, lost
+}
+
 // lostLog records the calls of Orders' lost callback.
 type lostLog chan error
 
@@ -140,9 +149,7 @@ func TestAckedOrderLeavesTheConsumer(t *testing.T) {
 	wb.AckWait = time.Second // an order whose ack were lost would come back within the test
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	lost := make(lostLog, 64)
-	orders := wb.Orders(ctx, lost.lost)
-	lost.waitFor(t, false) // reading
+	orders, _ := readOrders(ctx, t, wb)
 	order(ctx, t, js, "acked")
 	receive(ctx, t, orders, "acked")
 	waitAcked(ctx, t, js, 1)
@@ -162,9 +169,7 @@ func TestOrdersSurviveADeletedConsumer(t *testing.T) {
 	wb := newWorkerBus(t, js)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	lost := make(lostLog, 64)
-	orders := wb.Orders(ctx, lost.lost)
-	lost.waitFor(t, false) // reading
+	orders, lost := readOrders(ctx, t, wb)
 	order(ctx, t, js, "before")
 	receive(ctx, t, orders, "before")
 	waitAcked(ctx, t, js, 1) // or "before" comes back to the next consumer
@@ -197,9 +202,7 @@ func TestOrdersWaitTogether(t *testing.T) {
 	wb := newWorkerBus(t, js)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	lost := make(lostLog, 64)
-	orders := wb.Orders(ctx, lost.lost)
-	lost.waitFor(t, false) // reading
+	orders, _ := readOrders(ctx, t, wb)
 	jobs := []string{"w1", "w2", "w3", "w4"}
 	for _, j := range jobs {
 		order(ctx, t, js, j)
@@ -266,9 +269,7 @@ func TestBusSurvivesAServerRestart(t *testing.T) {
 	if _, err := wb.Job(ctx, "bad"); !errors.Is(err, worker.ErrBadRecord) {
 		t.Errorf("Job(bad) = %v, want ErrBadRecord", err)
 	}
-	lost := make(lostLog, 64)
-	orders := wb.Orders(ctx, lost.lost)
-	lost.waitFor(t, false)
+	orders, _ := readOrders(ctx, t, wb)
 	order(ctx, t, js, "before")
 	receive(ctx, t, orders, "before")
 	waitAcked(ctx, t, js, 1) // or "before" comes back to the next consumer
