@@ -46,11 +46,12 @@ type LogOptions struct {
 }
 
 // logIdle is how long a read that does not follow waits for the output
-// stored so far. A follow's pull waits from logPollMin, doubling up to
-// logPollMax while pulls find nothing, before it reads the job's record
-// again to see whether the attempt has ended: a short quiet job's end
-// shows within a second or so, and a long quiet one costs a pull (each a
-// consumer made anew) and a read of the record every logPollMax.
+// stored so far. A follow's pulls wait logPollMin, then twice as long at
+// each pull up to logPollMax; one that finds nothing new is followed by a
+// read of the job's record, to see whether the attempt has ended: a short
+// quiet job's end shows within a second or two, and a long follow costs a
+// pull (each a consumer made anew) and at most one read of the record
+// every logPollMax, as a follow cost a pull every 5s before.
 const (
 	logIdle    = 500 * time.Millisecond
 	logPollMin = time.Second
@@ -151,10 +152,10 @@ func (c *Client) Logs(ctx context.Context, j *ledger.Job, o LogOptions) iter.Seq
 			if ctx.Err() != nil {
 				return
 			}
+			if o.Follow {
+				wait = min(2*wait, logPollMax)
+			}
 			if got > 0 {
-				if o.Follow {
-					wait = logPollMin
-				}
 				continue
 			}
 			// Everything stored so far is read, and no end marker.
@@ -166,7 +167,6 @@ func (c *Client) Logs(ctx context.Context, j *ledger.Job, o LogOptions) iter.Seq
 					rec = r
 					_, ended = attemptEnd(rec, want) // then what was stored before is read once more
 				}
-				wait = min(2*wait, logPollMax)
 				continue
 			}
 			if end, ok := attemptEnd(rec, want); ok {
