@@ -266,16 +266,17 @@ func runFloor(command []string) (int, time.Duration, int64, error) {
 	}
 	var copied sync.WaitGroup
 	var wrote atomic.Int64
-	for _, r := range rs {
+	var errs [2]error
+	for i, r := range rs {
 		copied.Go(func() {
-			n, _ := io.Copy(io.Discard, r) // what a worker would stream
+			n, err := io.Copy(io.Discard, r) // what a worker would stream
 			wrote.Add(n)
-			_ = r.Close() // read to its end
+			errs[i] = errors.Join(err, r.Close())
 		})
 	}
 	ps, err := p.Wait()
 	copied.Wait()
-	if err != nil {
+	if err := errors.Join(err, errs[0], errs[1]); err != nil {
 		return 0, 0, 0, err
 	}
 	return ps.ExitCode(), time.Since(start), wrote.Load(), nil

@@ -32,7 +32,9 @@ func RunAttemptProcess(s Spec, stdout, stderr io.Writer) (Outcome, error) {
 	if s.Dir == "" {
 		s.Dir = j.dir
 	}
-	p, err := startProcess(sb, nil, j, s, stdout, stderr, time.Second, slog.New(slog.DiscardHandler))
+	gos := newGoPool()
+	defer gos.close() // after wait: the output copiers have ended
+	p, err := startProcess(sb, gos, j, s, stdout, stderr, time.Second, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return Outcome{}, err
 	}

@@ -27,13 +27,8 @@ func newGoPool() *goPool {
 }
 
 // Go runs f on a goroutine of the pool that waits for work, or on a new
-// one when none waits; on a nil pool, on a new goroutine. Go must not be
-// called once close has begun.
+// one when none waits. Go must not be called once close has begun.
 func (p *goPool) Go(f func()) {
-	if p == nil {
-		go f()
-		return
-	}
 	select {
 	case p.work <- f:
 	default:

@@ -44,12 +44,3 @@ func TestGoPoolKeepsItsGoroutines(t *testing.T) {
 		}
 	})
 }
-
-// TestNilGoPoolStartsAGoroutine checks the nil pool the tests of a lone
-// process use.
-func TestNilGoPoolStartsAGoroutine(t *testing.T) {
-	var p *goPool
-	done := make(chan struct{})
-	p.Go(func() { close(done) })
-	<-done
-}

@@ -116,7 +116,9 @@ func TestLeaderPidStaysTheAttemptsUntilSwept(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(t.Output(), nil))
-	p, err := startProcess(sb, nil, j, Spec{Attempt: a, Command: []string{"true"}, Dir: j.dir}, io.Discard, io.Discard, time.Second, log)
+	gos := newGoPool()
+	defer gos.close() // after wait: the output copiers have ended
+	p, err := startProcess(sb, gos, j, Spec{Attempt: a, Command: []string{"true"}, Dir: j.dir}, io.Discard, io.Discard, time.Second, log)
 	if err != nil {
 		t.Fatal(err)
 	}
