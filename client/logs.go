@@ -56,6 +56,11 @@ const (
 	logIdle    = 500 * time.Millisecond
 	logPollMin = time.Second
 	logPollMax = 5 * time.Second
+	// logRecordTries is how many reads of the record in a row may fail
+	// (one a pull) before a follow ends with the error: a moment without
+	// the server is ridden out, a record that cannot be read at all is
+	// said.
+	logRecordTries = 3
 )
 
 // Logs reads the output of one attempt of job j (its record, from
@@ -72,7 +77,8 @@ const (
 // the record keeps it, in whole milliseconds), what the record says of an
 // earlier one, such as "attempt 1 on h1 lost: …". Without Follow the
 // record is j; with Follow it is read again after each pull that finds
-// nothing new, and a read that fails is tried again at the next. An
+// nothing new; a read that fails is tried again at the next pull, and
+// ends the sequence with its error after logRecordTries in a row. An
 // attempt the scheduler declared lost may still have a worker that stores
 // output after the record ended it: a read after that shows it, after the
 // marker made from the record.
@@ -113,7 +119,8 @@ func (c *Client) Logs(ctx context.Context, j *ledger.Job, o LogOptions) iter.Seq
 		// there is: it is read without waiting for more.
 		rec := j
 		_, ended := attemptEnd(rec, want)
-		seq := 0 // the last chunk of the attempt read
+		seq := 0       // the last chunk of the attempt read
+		recFailed := 0 // reads of the record that failed in a row
 		for {
 			var batch jetstream.MessageBatch
 			if ended {
@@ -160,13 +167,17 @@ func (c *Client) Logs(ctx context.Context, j *ledger.Job, o LogOptions) iter.Seq
 			}
 			// Everything stored so far is read, and no end marker.
 			if !ended && o.Follow {
-				// A record that cannot be read now (the server away) is
-				// read again after the next pull, which says why it
-				// fails if it does.
-				if r, _, err := c.Lookup(ctx, j.Account, j.ID); err == nil {
-					rec = r
-					_, ended = attemptEnd(rec, want) // then what was stored before is read once more
+				r, _, err := c.Lookup(ctx, j.Account, j.ID)
+				if err != nil {
+					if recFailed++; recFailed >= logRecordTries && ctx.Err() == nil {
+						yield(wire.LogChunk{}, fmt.Errorf("read the record of job %s (%d tries): %w", j.ID, recFailed, err))
+						return
+					}
+					continue // read again after the next pull
 				}
+				recFailed = 0
+				rec = r
+				_, ended = attemptEnd(rec, want) // then what was stored before is read once more
 				continue
 			}
 			if end, ok := attemptEnd(rec, want); ok {

@@ -443,6 +443,25 @@ func TestLogsOfAJobThatWroteNothing(t *testing.T) {
 	}
 }
 
+// TestFollowEndsWhenTheRecordCannotBeRead: a follow of an attempt whose
+// record cannot be read (here, a job the ledger never had) ends with the
+// error once reads of it have failed logRecordTries times in a row,
+// rather than follow for ever.
+func TestFollowEndsWhenTheRecordCannotBeRead(t *testing.T) {
+	f := newFixture(t)
+	ghost := &ledger.Job{ID: "ghost", Account: "vision", GPUs: 1, Attempt: 1, State: ledger.StateRunning,
+		JobOutcome: &ledger.JobOutcome{Host: "sim-1"}}
+	ctx, cancel := context.WithTimeout(f.ctx, 30*time.Second)
+	defer cancel()
+	var last error
+	for _, err := range f.c.Logs(ctx, ghost, client.LogOptions{Follow: true}) {
+		last = err
+	}
+	if !errors.Is(last, client.ErrNotFound) {
+		t.Errorf("following a job with no record ended with %v, want ErrNotFound (context: %v)", last, ctx.Err())
+	}
+}
+
 // readLogs reads attempt 1 of j's output through Logs, within 30s.
 func readLogs(t *testing.T, f *fixture, j *ledger.Job, follow bool) []wire.LogChunk {
 	t.Helper()
