@@ -125,12 +125,17 @@ func measureJobs(b *testing.B, drv *driver) {
 	srv := drv.run(b, b.N)
 	wall := time.Since(start)
 	b.StopTimer()
-	self, child := rusage(syscall.RUSAGE_SELF)-self0, rusage(syscall.RUSAGE_CHILDREN)-child0
+	reportCPU(b, wall, rusage(syscall.RUSAGE_SELF)-self0, rusage(syscall.RUSAGE_CHILDREN)-child0)
+	b.ReportMetric(float64(srv.Microseconds())/float64(b.N), "server+driver-cpu-us/job")
+}
+
+// reportCPU reports the rate of b.N jobs run in wall, and the CPU this
+// process (self) and the jobs' processes (child) spent on each.
+func reportCPU(b *testing.B, wall, self, child time.Duration) {
 	n := float64(b.N)
 	b.ReportMetric(n/wall.Seconds(), "jobs/s")
 	b.ReportMetric(float64(self.Microseconds())/n, "worker-cpu-us/job")
 	b.ReportMetric(float64(child.Microseconds())/n, "child-cpu-us/job")
-	b.ReportMetric(float64(srv.Microseconds())/n, "server+driver-cpu-us/job")
 	// The worker's CPU over its jobs' own: the VM's speed changes from
 	// minute to minute, and both move with it, so this is the figure to
 	// compare across runs.
@@ -153,12 +158,43 @@ func measureJobs(b *testing.B, drv *driver) {
 // by side. What BenchmarkWorkerPerJob costs beyond it is what the worker's
 // safety and bookkeeping cost. "exec" runs each job's command; "wire" runs
 // nothing and reports each job exited 0 at once, which leaves what the
-// wire alone costs.
+// wire alone costs. "spawn" runs `true` as "exec" does, 8 at a time,
+// with no server, driver or wire: what starting a process, reading its
+// two pipes and waiting for it alone cost this process.
 func BenchmarkWorkerFloor(b *testing.B) {
 	b.Run("exec", func(b *testing.B) { benchFloor(b, runFloor) })
 	b.Run("wire", func(b *testing.B) {
 		benchFloor(b, func([]string) (int, time.Duration, int64, error) { return 0, 0, 0, nil })
 	})
+	b.Run("spawn", benchSpawn)
+}
+
+// benchSpawn runs b.N `true`s through runFloor, 8 at a time, and reports
+// their CPU as measureJobs does.
+func benchSpawn(b *testing.B) {
+	if _, _, _, err := runFloor([]string{"true"}); err != nil {
+		b.Fatal(err)
+	}
+	self0, child0 := rusage(syscall.RUSAGE_SELF), rusage(syscall.RUSAGE_CHILDREN)
+	b.ResetTimer()
+	start := time.Now()
+	var next atomic.Int64
+	var runs sync.WaitGroup
+	var errs [8]error
+	for i := range errs {
+		runs.Go(func() {
+			for errs[i] == nil && next.Add(1) <= int64(b.N) {
+				_, _, _, errs[i] = runFloor([]string{"true"})
+			}
+		})
+	}
+	runs.Wait()
+	wall := time.Since(start)
+	b.StopTimer()
+	if err := errors.Join(errs[:]...); err != nil {
+		b.Fatal(err)
+	}
+	reportCPU(b, wall, rusage(syscall.RUSAGE_SELF)-self0, rusage(syscall.RUSAGE_CHILDREN)-child0)
 }
 
 // benchFloor runs BenchmarkWorkerFloor with each job run by run, which
@@ -236,17 +272,18 @@ func benchFloor(b *testing.B, run func(command []string) (code int, runtime time
 
 // runFloor starts command with its output on two pipes, reads both to
 // their end, and waits for it: the least a worker does to run a job and
-// stream its output. It returns how many bytes the job wrote.
+// stream its output (where the program was found, and /dev/null, are
+// kept from job to job, as the worker keeps them). It returns how many
+// bytes the job wrote.
 func runFloor(command []string) (int, time.Duration, int64, error) {
-	path, err := exec.LookPath(command[0])
+	path, err := floorPath(command[0])
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	null, err := os.Open(os.DevNull)
+	null, err := floorNull()
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	defer null.Close()
 	var rs, ws [2]*os.File
 	for i := range 2 {
 		if rs[i], ws[i], err = os.Pipe(); err != nil {
@@ -281,6 +318,24 @@ func runFloor(command []string) (int, time.Duration, int64, error) {
 	}
 	return ps.ExitCode(), time.Since(start), wrote.Load(), nil
 }
+
+// floorPaths are the programs runFloor found, by name.
+var floorPaths sync.Map
+
+// floorPath is where exec.LookPath finds name, looked up once.
+func floorPath(name string) (string, error) {
+	if p, ok := floorPaths.Load(name); ok {
+		return p.(string), nil
+	}
+	p, err := exec.LookPath(name)
+	if err == nil {
+		floorPaths.Store(name, p)
+	}
+	return p, err
+}
+
+// floorNull is /dev/null, open for runFloor's jobs to read.
+var floorNull = sync.OnceValues(func() (*os.File, error) { return os.Open(os.DevNull) })
 
 // startDriverBus starts the driver and returns it with host h1's bus on a
 // connection to its server, closed when the benchmark ends.
