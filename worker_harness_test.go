@@ -131,7 +131,10 @@ func (c *cluster) submitCmd(account, id string, gpus int, cost ledger.Credits, w
 }
 
 // logs reads every output chunk of job, in order, and returns the text of
-// attempt's chunks and the attempt's end marker.
+// attempt's chunks and the attempt's end marker. It is for attempts that
+// wrote something, or were stopped: a worker stores no end marker for an
+// attempt that wrote nothing and exited on its own (client.Logs makes one
+// from the job's record), and logs fails the test on such an attempt.
 func (c *cluster) logs(job string, attempt int) (stdout, stderr string, end wire.LogChunk) {
 	c.t.Helper()
 	ctx := c.ctx()
@@ -165,7 +168,7 @@ func (c *cluster) logs(job string, attempt int) (stdout, stderr string, end wire
 			}
 		}
 		if n == 0 {
-			c.t.Fatalf("no end marker in the logs of %s attempt %d; stdout so far %q", job, attempt, out.String())
+			c.t.Fatalf("no end marker in the logs of %s attempt %d (none is stored for an attempt that wrote nothing and exited on its own); stdout so far %q", job, attempt, out.String())
 		}
 	}
 }
