@@ -177,7 +177,7 @@ func (c *Client) Logs(ctx context.Context, j *ledger.Job, o LogOptions) iter.Seq
 				}
 				recFailed = 0
 				rec = r
-				_, ended = attemptEnd(rec, want) // then what was stored before is read once more
+				_, ended = attemptEnd(rec, want) // then a last pull reads what was stored since the last one
 				continue
 			}
 			if end, ok := attemptEnd(rec, want); ok {

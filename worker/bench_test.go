@@ -47,7 +47,10 @@ import (
 // they end ("child-cpu-us/job"), and the driver reports the CPU of the
 // server and itself ("server+driver-cpu-us/job"). "worker/child" is the
 // first over the second: the worker's cost in units of the `true` it
-// runs, which holds still while this machine's speed does not.
+// runs, which holds still while this machine's speed wanders within one
+// boot of the VM, but not from one boot to the next (exec's cost moves
+// more than the rest: 1.15 on one boot, 0.39 on another, for the same
+// code); across boots, compare with BenchmarkWorkerFloor run beside it.
 //
 // "fresh" starts with an empty state directory; "started-50k" with the
 // record of 50,000 attempts started before (in the form older workers
@@ -138,7 +141,8 @@ func reportCPU(b *testing.B, wall, self, child time.Duration) {
 	b.ReportMetric(float64(child.Microseconds())/n, "child-cpu-us/job")
 	// The worker's CPU over its jobs' own: the VM's speed changes from
 	// minute to minute, and both move with it, so this is the figure to
-	// compare across runs.
+	// compare across runs on one boot of the VM (see
+	// BenchmarkWorkerPerJob).
 	if child > 0 {
 		b.ReportMetric(float64(self)/float64(child), "worker/child")
 	}
